@@ -1,0 +1,39 @@
+# Two commands: `make demo` (main job on the sample traces) and `make test` (the suite).
+# Each sets itself up from a fresh clone: .venv with the CPU torch wheel on a CPU machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+EXTRAS ?= train,eval,dev
+
+export DAGSTER_HOME := $(CURDIR)/dagster_home
+export TRAINING_ASSETS_DATA ?= $(CURDIR)/data
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test ui bench clean-data
+
+$(STAMP): pyproject.toml
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	@$(BIN)/python -c "import dagster, dagster_mlflow; assert dagster_mlflow.__version__.startswith('0.29'), dagster_mlflow.__version__"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/training-assets demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+ui: setup
+	$(BIN)/dagster dev -m training_assets.definitions -h 127.0.0.1 -p 3000
+
+bench: setup
+	@for b in benchmarks/*.py; do case $$b in *gpu_smoke*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean-data:
+	rm -rf data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs

@@ -1,0 +1,61 @@
+"""raw_traces: one partition per trace batch, validated into Parquet plus a quarantine."""
+
+import dagster as dg
+from pydantic import Field
+
+from training_assets import ingest
+from training_assets.defs.metadata import counts_table, md_table
+from training_assets.defs.partitions import trace_batches
+from training_assets.defs.resources import DataRoot
+from training_assets.traces import DEFAULT_MAX_LINE_BYTES
+
+QUARANTINE_CHECK = "quarantine_rate_within_limit"
+
+
+class RawTracesConfig(dg.Config):
+    max_line_bytes: int = Field(DEFAULT_MAX_LINE_BYTES, description="Lines longer than this are quarantined.")
+    max_quarantine_rate: float = Field(
+        0.25, ge=0.0, le=1.0, description="Blocking check: the share of lines quarantined must not exceed this."
+    )
+
+
+@dg.asset(
+    partitions_def=trace_batches,
+    group_name="traces",
+    code_version=ingest.INGEST_VERSION,
+    kinds={"parquet"},
+    check_specs=[dg.AssetCheckSpec(QUARANTINE_CHECK, asset="raw_traces", blocking=True,
+                                   description="Share of quarantined lines is within max_quarantine_rate.")],
+)
+def raw_traces(context: dg.AssetExecutionContext, config: RawTracesConfig, data_root: DataRoot) -> dg.MaterializeResult:
+    """Validated traces of one inbox batch (Parquet) and its quarantined lines (JSONL, with reasons)."""
+    root = data_root.root()
+    batch_id = context.partition_key
+    report = ingest.write_raw_traces(
+        batch_id, ingest.staged_batch_path(batch_id, root), ingest.raw_traces_dir(batch_id, root),
+        max_line_bytes=config.max_line_bytes,
+    )
+    context.log.info(f"{batch_id}: {report.lines} lines, {report.valid} valid, {report.quarantined} quarantined {report.reasons}")
+    rate = report.quarantine_rate
+    return dg.MaterializeResult(
+        metadata={
+            "lines": report.lines,
+            "valid": report.valid,
+            "quarantined": report.quarantined,
+            "quarantine_rate": rate,
+            "quarantined_by_reason": counts_table(report.reasons),
+            "preview": md_table(report.preview),
+            "uri": dg.MetadataValue.path(str(report.output_dir)),
+        },
+        data_version=dg.DataVersion(report.data_version),
+        check_results=[dg.AssetCheckResult(
+            check_name=QUARANTINE_CHECK,
+            passed=rate <= config.max_quarantine_rate,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"quarantine_rate": rate, "max_quarantine_rate": config.max_quarantine_rate,
+                      "reasons": counts_table(report.reasons)},
+            description=None if rate <= config.max_quarantine_rate else (
+                f"{report.quarantined}/{report.lines} lines quarantined ({rate:.1%}) > "
+                f"{config.max_quarantine_rate:.1%}; see {report.output_dir / ingest.QUARANTINE_FILE}"),
+        )],
+    )
