@@ -1,0 +1,1 @@
+"""Trainers: pretrain, SFT, DPO and GRPO over one resumable loop."""
