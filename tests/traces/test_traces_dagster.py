@@ -1,0 +1,118 @@
+"""trace_batch_sensor and raw_traces through Dagster's own test APIs, on ephemeral instances."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from training_assets import ingest, paths, sample_traces
+from training_assets.defs.partitions import trace_batches
+from training_assets.defs.resources import DataRoot
+from training_assets.defs.traces.assets import QUARANTINE_CHECK, raw_traces
+from training_assets.defs.traces.sensors import trace_batch_sensor
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+def tick(instance, data_root, cursor=None):
+    """One sensor tick; applies its partition requests like the daemon (NOTES.md)."""
+    context = dg.build_sensor_context(instance=instance, cursor=cursor,
+                                      resources={"data_root": DataRoot(path=str(data_root))})
+    result = trace_batch_sensor(context)
+    if isinstance(result, dg.SensorResult):
+        for request in result.dynamic_partitions_requests:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        return result, result.cursor
+    return result, context.cursor
+
+
+def drop_samples(data_root, n_batches=2):
+    batches, _ = sample_traces.make_batches(n_batches=n_batches, tasks_per_batch=4, attempts=3)
+    inbox = paths.inbox_dir(data_root)
+    inbox.mkdir(parents=True, exist_ok=True)
+    for i, lines in enumerate(batches):
+        (inbox / f"batch-{i}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_sensor_adds_one_partition_and_one_keyed_run_per_new_batch(instance, data_root):
+    drop_samples(data_root)
+    result, cursor = tick(instance, data_root)
+    keys = instance.get_dynamic_partitions(trace_batches.name)
+    assert len(keys) == 2 and all(k.startswith("batch-") for k in keys)
+    assert [r.run_key for r in result.run_requests] == [r.partition_key for r in result.run_requests]
+    assert sorted(r.run_key for r in result.run_requests) == sorted(keys)
+    assert set(json.loads(cursor)) == {"batch-0.jsonl", "batch-1.jsonl"}
+
+    again, cursor2 = tick(instance, data_root, cursor)
+    assert isinstance(again, dg.SkipReason) and "no new batches" in again.skip_message
+
+    (paths.inbox_dir(data_root) / "batch-0.jsonl").write_bytes(b'{"changed": true}\n')
+    third, _ = tick(instance, data_root, cursor2)
+    assert len(third.run_requests) == 1  # same name, new content: a new batch
+    assert len(instance.get_dynamic_partitions(trace_batches.name)) == 3
+
+
+def test_sensor_refuses_unsafe_names(instance, data_root):
+    inbox = paths.inbox_dir(data_root)
+    inbox.mkdir(parents=True)
+    (inbox / "bad name;rm.jsonl").write_bytes(b"{}\n")
+    result, _ = tick(instance, data_root)
+    assert isinstance(result, dg.SkipReason) and "1 refused" in result.skip_message
+    assert (paths.rejected_dir(data_root) / "bad name;rm.jsonl").exists()
+    assert instance.get_dynamic_partitions(trace_batches.name) == []
+
+
+def materialize(instance, data_root, partition, **config):
+    return dg.materialize(
+        [raw_traces], instance=instance, partition_key=partition,
+        resources={"data_root": DataRoot(path=str(data_root))},
+        run_config={"ops": {"raw_traces": {"config": config}}} if config else None,
+        raise_on_error=False,
+    )
+
+
+def test_materialise_every_partition_like_a_backfill(instance, data_root):
+    drop_samples(data_root, n_batches=3)
+    tick(instance, data_root)
+    keys = trace_batches.get_partition_keys(dynamic_partitions_store=instance)
+    for key in keys:  # a backfill over all partitions: one run per partition
+        assert materialize(instance, data_root, key).success
+    assert instance.get_materialized_partitions(dg.AssetKey("raw_traces")) == set(keys)
+    for key in keys:
+        event = instance.get_latest_materialization_event(dg.AssetKey("raw_traces"))
+        assert event is not None
+        report_dir = ingest.raw_traces_dir(key, data_root)
+        assert (report_dir / ingest.TRACES_FILE).is_file() and (report_dir / ingest.QUARANTINE_FILE).is_file()
+    meta = instance.get_latest_materialization_event(dg.AssetKey("raw_traces")).asset_materialization.metadata
+    assert meta["lines"].value == meta["valid"].value + meta["quarantined"].value
+    assert "uri" in meta and "quarantined_by_reason" in meta and "preview" in meta
+
+
+def test_rematerialising_gives_the_same_data_version(instance, data_root):
+    drop_samples(data_root, n_batches=1)
+    tick(instance, data_root)
+    (key,) = instance.get_dynamic_partitions(trace_batches.name)
+
+    def version():
+        record = instance.get_latest_data_version_record(dg.AssetKey("raw_traces"), partition_key=key)
+        return record.asset_materialization.tags["dagster/data_version"]
+
+    materialize(instance, data_root, key)
+    first = version()
+    materialize(instance, data_root, key)
+    assert version() == first
+
+
+def test_quarantine_rate_check_blocks_when_over_threshold(instance, data_root):
+    drop_samples(data_root, n_batches=1)
+    tick(instance, data_root)
+    (key,) = instance.get_dynamic_partitions(trace_batches.name)
+    result = materialize(instance, data_root, key, max_quarantine_rate=0.001)
+    evaluations = [e.event_specific_data for e in result.all_events
+                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert [(ev.check_name, ev.passed) for ev in evaluations] == [(QUARANTINE_CHECK, False)]
+    assert not result.success  # blocking: the run fails and downstream does not run
