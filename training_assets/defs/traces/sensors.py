@@ -1,6 +1,7 @@
 """trace_batch_sensor: one partition and one run per new batch in the inbox."""
 
 import json
+import os
 
 import dagster as dg
 
@@ -10,10 +11,14 @@ from training_assets.defs.resources import DataRoot
 from training_assets.traces import BatchError
 
 
+# How often the daemon may tick the sensor; deployments and tests shorten it through the environment.
+SENSOR_INTERVAL_S = int(os.environ.get("TRAINING_ASSETS_SENSOR_INTERVAL_S", "15"))
+
+
 @dg.sensor(
     name="trace_batch_sensor",
     target=dg.AssetSelection.assets("raw_traces"),
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches $TRAINING_ASSETS_DATA/inbox; each new (name, content) is a partition of trace_batches.",
 )
