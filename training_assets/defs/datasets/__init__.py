@@ -1,0 +1,1 @@
+"""Dataset stage: SFT, preference, GRPO and pretraining datasets as Parquet."""

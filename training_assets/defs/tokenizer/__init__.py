@@ -1,0 +1,1 @@
+"""Tokenizer stage: byte-level BPE trained on the curated corpus, with its chat template."""

@@ -1,0 +1,39 @@
+"""Training data: SFT / DPO / GRPO datasets, packing and composite rewards (pure, deterministic).
+
+Builders take validated traces and return a ``BuildResult`` (rows plus what was left out and
+why); loaders read the dataset assets back as lists of dicts. Formats: ``docs/datasets.md``.
+"""
+
+from training_assets.training_data.common import BuildResult
+from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty, group_advantages
+from training_assets.training_data.io import (
+    dataset_path,
+    load_grpo_groups,
+    load_preference_pairs,
+    load_pretrain_windows,
+    load_sft_dataset,
+    read_dataset_info,
+)
+from training_assets.training_data.packing import PackedWindows, pack_sequences
+from training_assets.training_data.preferences import build_preference_pairs
+from training_assets.training_data.rewards import (
+    DEFAULT_REWARD_WEIGHTS,
+    REWARD_COMPONENTS,
+    RewardScores,
+    answer_correctness_reward,
+    compose_reward,
+    length_penalty,
+    score_reward,
+    step_efficiency_reward,
+    success_reward,
+    tool_call_validity_reward,
+)
+from training_assets.training_data.sft import build_sft_examples
+
+__all__ = [
+    "DEFAULT_REWARD_WEIGHTS", "REWARD_COMPONENTS", "BuildResult", "PackedWindows", "RewardScores",
+    "answer_correctness_reward", "build_grpo_groups", "build_preference_pairs", "build_sft_examples",
+    "compose_reward", "dataset_path", "filter_by_difficulty", "group_advantages", "length_penalty",
+    "load_grpo_groups", "load_preference_pairs", "load_pretrain_windows", "load_sft_dataset", "pack_sequences",
+    "read_dataset_info", "score_reward", "step_efficiency_reward", "success_reward", "tool_call_validity_reward",
+]

@@ -1,0 +1,152 @@
+"""Dataset files: fixed Parquet schemas, atomic writes, fingerprints and loaders.
+
+Each dataset asset owns ``<data root>/<asset_key>/`` holding ``data.parquet`` (the rows) and
+``dataset.json`` (its key, data version, counts and skip reasons). The *key* names everything
+the rows were derived from: the builder's code version, the corpus version, the traces
+version, the tokenizer hash, the chat-template hash and the config. The data version is
+``fingerprint(key, sha256(data.parquet))``, so identical inputs give identical bytes and the
+same version, and any change of input shows up as a new version downstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from training_assets import paths
+from training_assets.storage import atomic_dir, fingerprint, sha256_file, write_json_atomic, write_parquet
+
+DATA_FILE = "data.parquet"
+INFO_FILE = "dataset.json"
+
+_IDS = pa.list_(pa.int32())
+SCHEMAS: dict[str, pa.Schema] = {
+    "sft_dataset": pa.schema([
+        ("id", pa.string()), ("task_id", pa.string()), ("messages", pa.string()),
+        ("input_ids", _IDS), ("assistant_mask", pa.list_(pa.int8())), ("n_tokens", pa.int32()),
+    ]),
+    "preference_pairs": pa.schema([
+        ("id", pa.string()), ("task_id", pa.string()), ("prompt", pa.string()), ("chosen", pa.string()),
+        ("rejected", pa.string()), ("failure_point", pa.int32()),
+    ]),
+    "grpo_groups": pa.schema([
+        ("group_id", pa.string()), ("task_id", pa.string()), ("prompt", pa.string()),
+        ("completions", pa.list_(pa.string())), ("rewards", pa.list_(pa.float64())),
+        ("advantages", pa.list_(pa.float64())), ("expected_answer", pa.string()), ("pass_rate", pa.float64()),
+    ]),
+    "pretrain_windows": pa.schema([
+        ("input_ids", _IDS), ("position_ids", _IDS), ("doc_ids", _IDS), ("labels", _IDS),
+    ]),
+}
+
+
+def dataset_dir(asset_key: str, root: str | os.PathLike[str] | None = None) -> Path:
+    if asset_key not in SCHEMAS:
+        raise ValueError(f"unknown dataset {asset_key!r}; one of {sorted(SCHEMAS)}")
+    return paths.asset_dir(asset_key, root)
+
+
+def dataset_path(asset_key: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """The Parquet file of a dataset, e.g. for ``datasets.load_dataset("parquet", data_files=str(path))``."""
+    return dataset_dir(asset_key, root) / DATA_FILE
+
+
+def rows_to_table(asset_key: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    schema = SCHEMAS[asset_key]
+    return pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in rows], schema=schema)
+
+
+def windows_to_table(columns: Mapping[str, np.ndarray]) -> pa.Table:
+    """(n_windows, window) int32 arrays as list<int32> columns, without a Python round trip."""
+    arrays = []
+    for name in SCHEMAS["pretrain_windows"].names:
+        values = np.ascontiguousarray(columns[name], dtype=np.int32)
+        n, width = values.shape if values.ndim == 2 else (0, 0)
+        offsets = pa.array(np.arange(0, n * width + 1, max(width, 1), dtype=np.int32)[: n + 1])
+        arrays.append(pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1))).cast(_IDS))
+    return pa.Table.from_arrays(arrays, schema=SCHEMAS["pretrain_windows"])
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What ``dataset.json`` records about one written dataset."""
+
+    asset_key: str
+    path: Path
+    data_version: str
+    key: dict[str, Any]
+    rows: int
+    stats: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asset_key": self.asset_key, "data_version": self.data_version, "key": self.key,
+                "rows": self.rows, "stats": self.stats, "file": DATA_FILE}
+
+
+def write_dataset(asset_key: str, table: pa.Table, key: Mapping[str, Any], stats: Mapping[str, Any],
+                  root: str | os.PathLike[str] | None = None) -> DatasetInfo:
+    """Write ``table`` and its ``dataset.json`` into the dataset's folder, replacing it whole."""
+    if table.schema != SCHEMAS[asset_key]:
+        raise ValueError(f"{asset_key}: table schema {table.schema} differs from the contract {SCHEMAS[asset_key]}")
+    target = dataset_dir(asset_key, root)
+    with atomic_dir(target) as tmp:
+        write_parquet(tmp / DATA_FILE, table)
+        version = fingerprint(dict(key), sha256_file(tmp / DATA_FILE))
+        info = DatasetInfo(asset_key, target / DATA_FILE, version, dict(key), table.num_rows, dict(stats))
+        write_json_atomic(tmp / INFO_FILE, info.to_json())
+    return info
+
+
+def read_dataset_info(asset_key: str, root: str | os.PathLike[str] | None = None) -> DatasetInfo | None:
+    """The recorded info of a dataset, or None when it was never written (or its file is gone)."""
+    folder = dataset_dir(asset_key, root)
+    if not (folder / INFO_FILE).is_file() or not (folder / DATA_FILE).is_file():
+        return None
+    raw = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+    return DatasetInfo(asset_key, folder / DATA_FILE, raw["data_version"], raw["key"], raw["rows"], raw["stats"])
+
+
+def reusable(asset_key: str, key: Mapping[str, Any], root: str | os.PathLike[str] | None = None) -> DatasetInfo | None:
+    """The existing dataset when it was built from exactly ``key`` and its file is intact, else None."""
+    info = read_dataset_info(asset_key, root)
+    if info is None or info.key != json.loads(json.dumps(dict(key))):
+        return None
+    if fingerprint(info.key, sha256_file(info.path)) != info.data_version:
+        return None  # edited or damaged since it was written: rebuild
+    return info
+
+
+def read_dataset_table(asset_key: str, root: str | os.PathLike[str] | None = None) -> pa.Table:
+    path = dataset_path(asset_key, root)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {asset_key} at {path}; materialise the `{asset_key}` asset or run "
+                                f"`training-assets build-dataset`")
+    return pq.read_table(path)
+
+
+def load_sft_dataset(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of ``sft_dataset``: id, task_id, messages (JSON), input_ids, assistant_mask, n_tokens."""
+    return read_dataset_table("sft_dataset", root).to_pylist()
+
+
+def load_preference_pairs(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of ``preference_pairs``: id, task_id, prompt, chosen, rejected (JSON messages), failure_point."""
+    return read_dataset_table("preference_pairs", root).to_pylist()
+
+
+def load_grpo_groups(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of ``grpo_groups``: group_id, task_id, prompt, completions, rewards, advantages, expected_answer, pass_rate."""
+    return read_dataset_table("grpo_groups", root).to_pylist()
+
+
+def load_pretrain_windows(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of ``pretrain_windows``: input_ids, position_ids, doc_ids, labels (fixed length each)."""
+    return read_dataset_table("pretrain_windows", root).to_pylist()

@@ -1,0 +1,328 @@
+"""Build the four dataset assets from the data root: select inputs, build, write, check.
+
+Each ``build_*_dataset(root, config)`` computes the dataset's key (code version, input versions,
+tokenizer and chat-template hashes, config), reuses the existing files when they were built
+from the same key and are intact, otherwise builds and writes them, then runs the dataset's
+checks on what is on disk. Traces for SFT/DPO/GRPO come from every ``raw_traces`` partition,
+minus those sharing an n-gram with a held-out example and minus repeats (conversations equal up
+to whitespace); pretraining windows come from the curated corpus.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from training_assets import ingest
+from training_assets.data_engine.decontam import decontaminate
+from training_assets.data_engine.render import render_trace
+from training_assets.storage import canonical_json, fingerprint
+from training_assets.traces import Trace
+from training_assets.training_data import held_out as held_out_lib
+from training_assets.training_data.common import BuildResult, has_completion
+from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty
+from training_assets.training_data.io import (
+    DatasetInfo, read_dataset_table, reusable, rows_to_table, windows_to_table, write_dataset,
+)
+from training_assets.training_data.packing import IGNORE_INDEX, pack_sequences
+from training_assets.training_data.preferences import build_preference_pairs
+from training_assets.training_data.rewards import DEFAULT_REWARD_WEIGHTS, completion_messages, compose_reward
+from training_assets.training_data.sft import build_sft_examples
+
+# Bump when a builder's output for the same inputs changes: it is the assets' code version.
+DATASETS_VERSION = "1"
+PREVIEW_ROWS = 5
+HELD_OUT_NGRAM = 13
+
+
+@dataclass(frozen=True)
+class SftConfig:
+    max_tokens: int = 1024  # longer conversations are skipped, never truncated
+
+
+@dataclass(frozen=True)
+class PreferenceConfig:
+    max_pairs_per_task: int = 4  # caps how much one task with many attempts weighs
+    require_success: bool = True  # chosen must be a successful attempt (else: higher score suffices)
+
+
+@dataclass(frozen=True)
+class GrpoConfig:
+    reward_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS))
+    scale_rewards: Literal["group", "none"] = "group"  # "none" = Dr. GRPO (no division by the group std)
+    min_group_size: int = 2
+    min_pass_rate: float = 0.0
+    max_pass_rate: float = 1.0
+    drop_zero_variance: bool = True  # all-equal rewards give all-zero advantages: no signal
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    window: int = 256  # tokens per packed window (the pretraining context length)
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    passed: bool
+    description: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DatasetReport:
+    info: DatasetInfo
+    reused: bool
+    preview: list[dict[str, Any]]
+    checks: list[CheckOutcome]
+
+    @property
+    def data_version(self) -> str:
+        return self.info.data_version
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def traces_version(root: str | os.PathLike[str] | None = None) -> str:
+    """Version of the trace inputs: the materialised partitions (a batch id embeds its content hash)."""
+    return fingerprint(ingest.materialized_batches(root))
+
+
+def select_traces(traces: Sequence[Trace], held_out: Sequence[Any],
+                  ngram: int = HELD_OUT_NGRAM) -> tuple[list[Trace], list[tuple[str, str]]]:
+    """Traces fit for training, and (trace id, reason) for each one left out.
+
+    Left out: traces sharing a word ``ngram`` with a held-out example (the data engine's
+    ``decontaminate``), and repeats of an earlier trace's conversation up to whitespace (a
+    re-logged attempt must not count twice in a pair or a group).
+    """
+    skipped: list[tuple[str, str]] = []
+    by_id = {t.trace_id: t for t in traces}
+    clean = decontaminate([{"id": t.trace_id, "text": render_trace(t)} for t in traces], held_out, ngram=ngram)
+    skipped += [(d.id, f"held-out overlap: {d.detail}") for d in clean.dropped]
+    kept: list[Trace] = []
+    seen: set[str] = set()
+    for record in clean.kept:
+        trace = by_id[record["id"]]
+        key = " ".join(canonical_json([trace.task_id, trace.outcome.success, render_trace(trace)]).split())
+        if key in seen:
+            skipped.append((trace.trace_id, "repeats an earlier trace up to whitespace"))
+            continue
+        seen.add(key)
+        kept.append(trace)
+    return kept, skipped
+
+
+def _load_selected(root: Path) -> tuple[list[Trace], list[tuple[str, str]], list[Any]]:
+    held_out = held_out_lib.held_out_examples(root)
+    traces, skipped = select_traces(list(ingest.load_traces(root=root)), held_out)
+    return traces, skipped, held_out
+
+
+def _base_key(name: str, root: Path, config: Any) -> dict[str, Any]:
+    return {"dataset": name, "code_version": DATASETS_VERSION, "config": _config_dict(config),
+            "held_out_version": held_out_lib.held_out_version(root)}
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    return {k: dict(sorted(v.items())) if isinstance(v, Mapping) else v for k, v in asdict(config).items()}
+
+
+def _tokenizer_key(tokenizer: Any, root: Path) -> dict[str, str]:
+    from training_assets.tokenizer_trainer import chat_template_hash, tokenizer_hash
+
+    return {"tokenizer_hash": tokenizer_hash(root), "chat_template_hash": chat_template_hash(tokenizer)}
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def messages_plain_text(*message_lists: str) -> str:
+    """The words of JSON message lists (contents and tool-call arguments), without JSON punctuation
+    glued to the first and last word of each field, which would hide an n-gram match."""
+    parts = []
+    for text in message_lists:
+        for message in completion_messages(text):
+            parts.append(str(message.get("content") or ""))
+            parts += [str((c.get("function") or c).get("arguments", "")) for c in message.get("tool_calls") or ()]
+    return "\n".join(parts)
+
+
+def held_out_overlap_check(texts: Mapping[str, str], held_out: Sequence[Any], ngram: int = HELD_OUT_NGRAM) -> CheckOutcome:
+    """No row's text shares a word ``ngram`` with a held-out example."""
+    result = decontaminate([{"id": k, "text": v} for k, v in texts.items()], held_out, ngram=ngram)
+    hits = [{"id": d.id, "detail": d.detail} for d in result.dropped]
+    return CheckOutcome("no_held_out_overlap", not hits,
+                        f"{len(hits)} of {len(texts)} rows share a {ngram}-gram with a held-out example" if hits
+                        else f"none of {len(texts)} rows shares a {ngram}-gram with {len(held_out)} held-out examples",
+                        {"overlaps": hits[:10]})
+
+
+def _empty_check(rows: Sequence[Mapping[str, Any]], id_key: str,
+                 fields: Callable[[Mapping[str, Any]], list[str]]) -> CheckOutcome:
+    empty = []
+    for row in rows:
+        for text in fields(row):
+            if not has_completion(completion_messages(text)):
+                empty.append(row[id_key])
+    return CheckOutcome("no_empty_completions", not empty,
+                        f"{len(empty)} rows have a completion with no assistant content or tool call" if empty
+                        else f"every completion of {len(rows)} rows says or calls something", {"ids": empty[:10]})
+
+
+def _preview(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    def short(value: Any) -> Any:
+        if isinstance(value, int | float | None):
+            return value
+        text = value if isinstance(value, str) else canonical_json(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    return [{c: short(r[c]) for c in columns} for r in rows[:PREVIEW_ROWS]]
+
+
+def _finish(name: str, key: dict[str, Any], root: Path,
+            build: Callable[[], tuple[pa.Table, dict[str, Any]]]) -> tuple[DatasetInfo, bool, list[dict[str, Any]]]:
+    """Reuse the dataset built from ``key`` or build and write it; returns (info, reused, rows on disk)."""
+    info = reusable(name, key, root)
+    reused = info is not None
+    if info is None:
+        table, stats = build()
+        info = write_dataset(name, table, key, stats, root)
+    return info, reused, read_dataset_table(name, root).to_pylist()
+
+
+def _skip_stats(result: BuildResult, selection_skipped: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    reasons = Counter(r.split(":")[0] for _, r in selection_skipped)
+    return {"selection_skipped": dict(sorted(reasons.items())), "builder_skipped": result.skipped_by_reason()}
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+def build_sft_dataset(root: str | os.PathLike[str], config: SftConfig | None = None) -> DatasetReport:
+    from training_assets.tokenizer_trainer import load_tokenizer
+
+    root, config = Path(root), config or SftConfig()
+    tokenizer = load_tokenizer(root)
+    key = {**_base_key("sft_dataset", root, config), "traces_version": traces_version(root),
+           **_tokenizer_key(tokenizer, root)}
+    traces, skipped, held_out = _load_selected(root)
+
+    def build() -> tuple[pa.Table, dict[str, Any]]:
+        result = build_sft_examples(traces, tokenizer=tokenizer, max_tokens=config.max_tokens)
+        n_tokens = [r["n_tokens"] for r in result.rows]
+        trained = sum(sum(r["assistant_mask"]) for r in result.rows)
+        stats = {"examples": len(result.rows), "tokens": sum(n_tokens), "trained_tokens": trained,
+                 "trained_fraction": round(trained / sum(n_tokens), 4) if n_tokens else 0.0,
+                 "mean_tokens": round(statistics.fmean(n_tokens), 2) if n_tokens else 0.0,
+                 "max_tokens": max(n_tokens, default=0), **_skip_stats(result, skipped)}
+        return rows_to_table("sft_dataset", result.rows), stats
+
+    info, reused, rows = _finish("sft_dataset", key, root, build)
+    end_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+    unmasked_end = [r["id"] for r in rows
+                    if not any(t == end_id and m for t, m in zip(r["input_ids"], r["assistant_mask"], strict=True))]
+    checks = [
+        _empty_check(rows, "id", lambda r: [r["messages"]]),
+        CheckOutcome("end_of_turn_in_mask", not unmasked_end,
+                     f"{len(unmasked_end)} examples have no end-of-turn token inside the assistant mask" if unmasked_end
+                     else "every example trains on at least one end-of-turn token", {"ids": unmasked_end[:10]}),
+        held_out_overlap_check({r["id"]: messages_plain_text(r["messages"]) for r in rows}, held_out),
+    ]
+    return DatasetReport(info, reused, _preview(rows, ["id", "task_id", "n_tokens", "messages"]), checks)
+
+
+def build_preference_dataset(root: str | os.PathLike[str], config: PreferenceConfig | None = None) -> DatasetReport:
+    root, config = Path(root), config or PreferenceConfig()
+    key = {**_base_key("preference_pairs", root, config), "traces_version": traces_version(root)}
+    traces, skipped, held_out = _load_selected(root)
+
+    def build() -> tuple[pa.Table, dict[str, Any]]:
+        result = build_preference_pairs(traces, config.max_pairs_per_task, config.require_success)
+        stats = {"pairs": len(result.rows), "tasks": len({r["task_id"] for r in result.rows}),
+                 "failure_point_counts": dict(sorted(Counter(str(r["failure_point"]) for r in result.rows).items())),
+                 **_skip_stats(result, skipped)}
+        return rows_to_table("preference_pairs", result.rows), stats
+
+    info, reused, rows = _finish("preference_pairs", key, root, build)
+    same = [r["id"] for r in rows if r["chosen"] == r["rejected"]]
+    checks = [
+        _empty_check(rows, "id", lambda r: [r["chosen"], r["rejected"]]),
+        CheckOutcome("chosen_differs_from_rejected", not same,
+                     f"{len(same)} pairs have identical chosen and rejected" if same
+                     else f"chosen differs from rejected in all {len(rows)} pairs", {"ids": same[:10]}),
+        held_out_overlap_check({r["id"]: messages_plain_text(r["prompt"], r["chosen"], r["rejected"]) for r in rows}, held_out),
+    ]
+    return DatasetReport(info, reused, _preview(rows, ["id", "failure_point", "chosen", "rejected"]), checks)
+
+
+def build_grpo_dataset(root: str | os.PathLike[str], config: GrpoConfig | None = None) -> DatasetReport:
+    root, config = Path(root), config or GrpoConfig()
+    key = {**_base_key("grpo_groups", root, config), "traces_version": traces_version(root)}
+    traces, skipped, held_out = _load_selected(root)
+
+    def build() -> tuple[pa.Table, dict[str, Any]]:
+        groups = build_grpo_groups(traces, compose_reward(config.reward_weights), config.scale_rewards,
+                                   config.min_group_size)
+        kept = filter_by_difficulty(groups, config.min_pass_rate, config.max_pass_rate, config.drop_zero_variance)
+        kept.skipped[:0] = groups.skipped
+        rates = [g["pass_rate"] for g in kept.rows if g["pass_rate"] is not None]
+        stats = {"groups": len(kept.rows), "completions": sum(len(g["completions"]) for g in kept.rows),
+                 "mean_pass_rate": round(statistics.fmean(rates), 4) if rates else None,
+                 "scale_rewards": config.scale_rewards, **_skip_stats(kept, skipped)}
+        return rows_to_table("grpo_groups", kept.rows), stats
+
+    info, reused, rows = _finish("grpo_groups", key, root, build)
+    off = [{"group_id": r["group_id"], "mean": float(np.mean(r["advantages"]))} for r in rows
+           if abs(float(np.mean(r["advantages"]))) > 1e-6]
+    checks = [
+        _empty_check(rows, "group_id", lambda r: list(r["completions"])),
+        CheckOutcome("advantages_zero_mean", not off,
+                     f"{len(off)} groups have advantages whose mean is not 0" if off
+                     else f"advantages average to 0 (|mean| <= 1e-6) in all {len(rows)} groups", {"groups": off[:10]}),
+        held_out_overlap_check({r["group_id"]: messages_plain_text(r["prompt"], *r["completions"]) for r in rows}, held_out),
+    ]
+    return DatasetReport(info, reused, _preview(rows, ["group_id", "pass_rate", "rewards", "advantages"]), checks)
+
+
+def build_pretrain_dataset(root: str | os.PathLike[str], config: PretrainConfig | None = None) -> DatasetReport:
+    from training_assets.data_engine import corpus_version, load_curated_corpus
+    from training_assets.tokenizer_trainer import load_tokenizer
+
+    root, config = Path(root), config or PretrainConfig()
+    tokenizer = load_tokenizer(root)
+    key = {**_base_key("pretrain_windows", root, config), "corpus_version": corpus_version(root),
+           **_tokenizer_key(tokenizer, root)}
+    corpus = load_curated_corpus(root).select(["id", "text"]).to_pylist()
+    held_out = held_out_lib.held_out_examples(root)
+
+    def build() -> tuple[pa.Table, dict[str, Any]]:
+        ids = tokenizer([r["text"] for r in corpus], add_special_tokens=False)["input_ids"] if corpus else []
+        packed = pack_sequences(ids, config.window, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        stats = {"windows": packed.n_windows, "documents": packed.n_docs, "tokens": packed.n_tokens,
+                 "window": config.window, "padding_fraction": round(packed.padding_fraction, 4)}
+        return windows_to_table(packed.columns()), stats
+
+    info, reused, rows = _finish("pretrain_windows", key, root, build)
+    doc = np.array([r["doc_ids"] for r in rows], dtype=np.int64).reshape(len(rows), -1)  # (n_windows, window)
+    labels = np.array([r["labels"] for r in rows], dtype=np.int64).reshape(doc.shape)
+    crossing = int(((doc[:, 1:] != doc[:, :-1]) & (labels[:, 1:] != IGNORE_INDEX)).sum())
+    checks = [
+        CheckOutcome("no_cross_document_loss", crossing == 0,
+                     f"{crossing} tokens are trained to predict across a document boundary" if crossing
+                     else "no label crosses a document boundary", {}),
+        held_out_overlap_check({r["id"]: r["text"] for r in corpus}, held_out),
+    ]
+    preview = [{"window": i, "documents": len({d for d in r["doc_ids"] if d >= 0}),
+                "text": tokenizer.decode(r["input_ids"][:60])} for i, r in enumerate(rows[:PREVIEW_ROWS])]
+    return DatasetReport(info, reused, preview, checks)
+
