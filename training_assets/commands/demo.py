@@ -11,6 +11,10 @@ from training_assets.commands import emit, fail
 def _demo(args: argparse.Namespace) -> int:
     if not os.environ.get("DAGSTER_HOME"):
         return fail("DAGSTER_HOME is not set; run `make demo`, or export DAGSTER_HOME=$PWD/dagster_home")
+    # The demo prints one line per step; progress bars from the libraries it drives only add noise.
+    for name, value in (("TQDM_DISABLE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                        ("TRANSFORMERS_VERBOSITY", "error"), ("DATASETS_VERBOSITY", "error")):
+        os.environ.setdefault(name, value)
     from training_assets.defs.demo_runner import run_demo
 
     summary = run_demo(log=(lambda _msg: None) if args.json else print)
