@@ -1,0 +1,115 @@
+"""Each Numba kernel against its plain twin in kernels/reference.py, on awkward inputs."""
+
+import random
+
+import numpy as np
+import pytest
+
+from kernels import dedup as K
+from kernels import reference as R
+from training_assets.data_engine.dedup import pack_texts, permutations
+
+WORDS = ["alpha", "Beta", "GAMMA", "délta", "ε", "日本語", "x", "42", "a-b", "naïve", "the", "The"]
+
+
+def _docs(n=60, seed=0):
+    rng = random.Random(seed)
+    docs = ["", "   ", "one", "two words", "tab\tseparated\nlines\r\nhere", "\u00e9t\u00e9 caf\u00e9 CAFÉ café"]
+    for _ in range(n):
+        k = rng.choice([1, 3, 4, 5, 6, 9, 20, 60])
+        docs.append(rng.choice([" ", "  ", "\n", " \t "]).join(rng.choice(WORDS) for _ in range(k)))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def packed():
+    docs = _docs()
+    data, offsets = pack_texts(docs)
+    return docs, [d.encode() for d in docs], data, offsets
+
+
+@pytest.mark.parametrize("ngram", [1, 3, 5, 13])
+def test_shingle_hashes_match_reference(packed, ngram):
+    _, raw, data, offsets = packed
+    got_offsets, got = K.shingle_hashes(data, offsets, ngram)
+    want_offsets, want = R.shingle_hashes(raw, ngram)
+    np.testing.assert_array_equal(got_offsets, want_offsets)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_ascii_case_folds_but_other_scripts_do_not(packed):
+    data, offsets = pack_texts(["The CAT sat", "the cat SAT", "ÉTÉ", "été"])
+    o, h = K.shingle_hashes(data, offsets, 5)
+    assert h[o[0]:o[1]].tolist() == h[o[1]:o[2]].tolist()
+    assert h[o[2]:o[3]].tolist() != h[o[3]:o[4]].tolist()  # non-ASCII case is normalize's business
+
+
+def test_minhash_and_band_keys_match_reference(packed):
+    _, raw, data, offsets = packed
+    o, h = K.shingle_hashes(data, offsets, 3)
+    a, b = permutations(16, seed=7)
+    sig = K.minhash_signatures(o, h, a, b)
+    sets = [R.shingle_set(d, 3) for d in raw]
+    np.testing.assert_array_equal(sig, R.minhash_signatures(sets, a, b))
+    assert (sig[0] == 0xFFFFFFFF).all()  # the empty document
+    np.testing.assert_array_equal(K.band_keys(sig, 4, 4), R.band_keys(sig, 4, 4))
+
+
+def test_bucket_pairs_jaccard_and_union_find_match_reference(packed):
+    _, raw, data, offsets = packed
+    o, h = K.shingle_hashes(data, offsets, 1)
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 6, size=40).astype(np.uint64)
+    docs = rng.integers(0, len(raw), size=40).astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    pairs = K.bucket_pairs(keys[order], docs[order])
+    assert {tuple(p) for p in pairs.tolist()} == R.bucket_pairs(keys, docs)
+    pairs = np.unique(pairs, axis=0)
+    sets = [R.shingle_set(d, 1) for d in raw]
+    want = [R.jaccard(sets[a], sets[b]) for a, b in pairs.tolist()]
+    np.testing.assert_allclose(K.jaccard_pairs(pairs, o, h), want)
+    edges = pairs[::3]
+    np.testing.assert_array_equal(K.union_find(len(raw), edges), R.union_find(len(raw), [tuple(e) for e in edges.tolist()]))
+
+
+def test_hashed_features_hyperplanes_and_cosine_match_reference(packed):
+    _, raw, data, offsets = packed
+    fo, ids, w = K.hashed_features(data, offsets, 1 << 10)
+    vectors = R.hashed_features(raw, 1 << 10)
+    for d, vec in enumerate(vectors):
+        assert ids[fo[d]:fo[d + 1]].tolist() == list(vec)
+        np.testing.assert_allclose(w[fo[d]:fo[d + 1]], list(vec.values()), rtol=1e-6)
+    bits = K.hyperplane_signatures(fo, ids, w, 32, 3)
+    np.testing.assert_array_equal(bits, R.hyperplane_signatures(vectors, 32, 3))
+    pairs = np.array([(a, b) for a in range(0, 30, 3) for b in range(a + 1, 30, 7)], np.int64)
+    np.testing.assert_allclose(K.cosine_pairs(pairs, fo, ids, w), [R.cosine(vectors[a], vectors[b]) for a, b in pairs.tolist()],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_contains_any_matches_reference(packed):
+    _, raw, data, offsets = packed
+    o, h = K.shingle_hashes(data, offsets, 2)
+    sets = [R.shingle_set(d, 2) for d in raw]
+    index = np.unique(np.array(sorted(sets[10] | sets[20]), np.uint64))
+    found = K.contains_any(o, h, index)
+    assert (found >= 0).tolist() == R.contains_any(sets, set(index.tolist()))
+
+
+def test_fused_minhash_equals_two_step_and_subset_shingles_match(packed):
+    _, raw, data, offsets = packed
+    a, b = permutations(32, seed=1)
+    o, h = K.shingle_hashes(data, offsets, 5)
+    fused, n_words = K.minhash_from_text(data, offsets, 5, a, b)
+    np.testing.assert_array_equal(fused, K.minhash_signatures(o, h, a, b))
+    assert n_words.tolist() == [len(R.words(d)) for d in raw]
+    docs = np.array([3, 7, 8, 40], np.int64)
+    so, sh = K.shingle_sets(data, offsets[docs], offsets[docs + 1], 5)
+    for i, d in enumerate(docs.tolist()):
+        assert sh[so[i]:so[i + 1]].tolist() == sorted(R.shingle_set(raw[d], 5))
+
+
+def test_signature_agreement_matches_reference():
+    rng = np.random.default_rng(2)
+    sigs = rng.integers(0, 3, size=(20, 64)).astype(np.uint32)
+    pairs = np.array([(i, j) for i in range(20) for j in range(i + 1, 20, 3)], np.int64)
+    np.testing.assert_allclose(K.signature_agreement(pairs, sigs), R.signature_agreement(pairs, sigs))

@@ -1,0 +1,236 @@
+"""The curation pipeline: traces (+ extra sources) -> normalise -> quality filter -> decontaminate
+-> exact/near dedup -> ``<root>/curated_corpus/``, with an answer for every input record.
+
+Files under ``<root>/curated_corpus/`` (written whole, atomically):
+
+- ``corpus.parquet``: id, text, source, trace_id, task_id, batch_id, cluster_size, n_chars;
+- ``decisions.parquet``: one row per input record: id, source, batch_id, kept, stage, reason,
+  detail, duplicate_of, similarity (``lineage RECORD_ID`` reads it);
+- ``buckets.parquet`` (band, key, ids; MinHash only) and ``clusters.parquet`` (id,
+  representative): the stage-2 and stage-3 dedup artifacts;
+- ``dataset_version.json``: the DatasetVersion (id, inputs, config, counts, drop reasons).
+
+Held-out sets (``held_out_sets`` asset): ``<root>/held_out_sets/examples.parquet`` (eval_set, id,
+text) and ``manifest.json`` (files and their hashes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from training_assets import ingest, paths
+from training_assets.data_engine import staged
+from training_assets.data_engine.decontam import (
+    DEFAULT_MIN_NGRAM,
+    DEFAULT_NGRAM,
+    HeldOutExample,
+    build_index,
+    decontaminate,
+    find_overlaps,
+    load_held_out,
+)
+from training_assets.data_engine.dedup import DedupParams, DedupResult, dedup
+from training_assets.data_engine.filters import Dropped, QualityConfig, normalize, quality_filter
+from training_assets.data_engine.provenance import DatasetVersion, dataset_provenance
+from training_assets.data_engine.sources import stream_corpus
+from training_assets.storage import atomic_dir, sha256_file, write_json_atomic, write_parquet
+
+CORPUS_ASSET = "curated_corpus"
+HELD_OUT_ASSET = "held_out_sets"
+CORPUS_FILE = "corpus.parquet"
+DECISIONS_FILE = "decisions.parquet"
+BUCKETS_FILE = "buckets.parquet"
+CLUSTERS_FILE = "clusters.parquet"
+VERSION_FILE = "dataset_version.json"
+EXAMPLES_FILE = "examples.parquet"
+MANIFEST_FILE = "manifest.json"
+
+CORPUS_SCHEMA = pa.schema([
+    ("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("trace_id", pa.string()),
+    ("task_id", pa.string()), ("batch_id", pa.string()), ("cluster_size", pa.int32()), ("n_chars", pa.int64()),
+])
+DECISION_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("batch_id", pa.string()), ("kept", pa.bool_()),
+    ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()), ("duplicate_of", pa.string()),
+    ("similarity", pa.float64()),
+])
+
+
+@dataclass(frozen=True)
+class CurationConfig:
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    dedup: DedupParams = field(default_factory=DedupParams)
+    decontam_ngram: int = DEFAULT_NGRAM
+    decontam_min_ngram: int = DEFAULT_MIN_NGRAM
+    extra_sources: tuple[str, ...] = ()  # .jsonl / .txt / .parquet files curated with the traces
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- held-out sets
+
+
+def write_held_out_sets(files: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str] | None = None,
+                        fields: Sequence[str] = ("prompt",)) -> dict[str, Any]:
+    """Validate held-out JSONL files and store their examples; returns counts and the data version."""
+    if not files:
+        raise ValueError("held_out_sets: no held-out files matched; put JSONL files under "
+                         f"{paths.data_root(root) / 'held_out'} or configure the paths")
+    examples = load_held_out(files, fields)
+    manifest = {"files": {Path(f).name: sha256_file(f) for f in sorted(map(str, files))}, "fields": list(fields)}
+    table = pa.table({"eval_set": [e.eval_set for e in examples], "id": [e.example_id for e in examples],
+                      "text": [e.text for e in examples]})
+    out = paths.asset_dir(HELD_OUT_ASSET, root)
+    with atomic_dir(out) as tmp:
+        write_parquet(tmp / EXAMPLES_FILE, table)
+        write_json_atomic(tmp / MANIFEST_FILE, manifest)
+    counts: dict[str, int] = {}
+    for e in examples:
+        counts[e.eval_set] = counts.get(e.eval_set, 0) + 1
+    return {"examples": len(examples), "per_set": counts, "uri": str(out),
+            "data_version": sha256_file(out / EXAMPLES_FILE)[:16]}
+
+
+def load_held_out_sets(root: str | os.PathLike[str] | None = None) -> list[HeldOutExample]:
+    path = paths.asset_dir(HELD_OUT_ASSET, root) / EXAMPLES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: materialise held_out_sets first")
+    return [HeldOutExample(r["eval_set"], r["id"], r["text"]) for r in pq.read_table(path).to_pylist()]
+
+
+# --------------------------------------------------------------------------- curation
+
+
+@dataclass
+class CurationReport:
+    version: DatasetVersion
+    output_dir: Path
+    stage_counts: dict[str, int]
+    drop_reasons: dict[str, int]
+    cluster_sizes: dict[int, int]
+    dedup_stats: dict[str, Any]
+    store_report: dict[str, Any]
+    residual_overlaps: list[str]  # kept ids that still share an n-gram with a held-out example
+    decontam_stats: dict[str, Any]
+    data_version: str
+
+
+def gather_records(root: str | os.PathLike[str] | None, extra_sources: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every materialised trace partition (rendered, normalised), then the extra sources."""
+    records = [r for batch_id in ingest.materialized_batches(root) for r in staged.batch_records(batch_id, root)]
+    for source in extra_sources:
+        for record in stream_corpus(source):
+            records.append({**record, "text": normalize(record["text"])})
+    return records
+
+
+def _input_versions(root: str | os.PathLike[str] | None, extra_sources: Sequence[str]) -> dict[str, str]:
+    versions = {f"raw_traces/{b}": staged.traces_version(b, root) for b in ingest.materialized_batches(root)}
+    held = paths.asset_dir(HELD_OUT_ASSET, root) / EXAMPLES_FILE
+    versions["held_out_sets"] = sha256_file(held)[:16] if held.is_file() else "none"
+    versions.update({f"extra/{s}": sha256_file(s)[:16] for s in extra_sources})
+    return versions
+
+
+def _decision_rows(records: Sequence[dict[str, Any]], dropped: Sequence[Dropped]) -> list[dict[str, Any]]:
+    by_id = {d.id: d for d in dropped}
+    rows = []
+    for r in records:
+        d = by_id.get(r["id"])
+        row = {"id": r["id"], "source": r.get("source"), "batch_id": r.get("batch_id"), "kept": d is None,
+               "stage": "kept", "reason": "kept", "detail": "passed every stage", "duplicate_of": None,
+               "similarity": None}
+        if d is not None:
+            row.update(stage=d.stage, reason=d.reason, detail=d.detail, duplicate_of=d.duplicate_of,
+                       similarity=d.similarity)
+        rows.append(row)
+    return rows
+
+
+def curate(root: str | os.PathLike[str] | None = None, config: CurationConfig | None = None) -> CurationReport:
+    """Run the whole pipeline over the data root and write ``<root>/curated_corpus/``."""
+    config = config or CurationConfig()
+    records = gather_records(root, config.extra_sources)
+    ids = [r["id"] for r in records]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise ValueError(f"curate: record ids {dup} occur more than once across batches/sources; give extra "
+                         "sources their own ids")
+    counts = {"input": len(records)}
+    kept, dropped = quality_filter(records, config.quality)
+    counts["quality_filter"] = len(kept)
+    index = build_index(load_held_out_sets(root), config.decontam_ngram, config.decontam_min_ngram)
+    decon = decontaminate(kept, index, config.decontam_ngram, config.decontam_min_ngram)
+    dropped += decon.dropped
+    counts["decontaminate"] = len(decon.kept)
+    params = config.dedup
+    features, store_report = (staged.load_store_features(decon.kept, ingest.materialized_batches(root), params, root)
+                              if params.method == "minhash" else (None, {"partitions": {}, "from_store": 0, "computed": 0}))
+    result: DedupResult = dedup(decon.kept, params.method, params.threshold, params.num_perm, params.ngram,
+                                params.seed, params.target_recall, features=features)
+    dropped += result.dropped
+    counts["dedup"] = len(result.kept)
+    residual = [r["id"] for r, hit in zip(result.kept, find_overlaps([r["text"] for r in result.kept], index),
+                                          strict=True) if hit is not None]
+    version = dataset_provenance(_input_versions(root, config.extra_sources), config.to_dict(), counts, dropped)
+    out = paths.asset_dir(CORPUS_ASSET, root)
+    with atomic_dir(out) as tmp:
+        corpus_rows = [{**{k: r.get(k) for k in ("id", "text", "source", "trace_id", "task_id", "batch_id")},
+                        "cluster_size": len(result.clusters[r["id"]]), "n_chars": len(r["text"])} for r in result.kept]
+        write_parquet(tmp / CORPUS_FILE, pa.Table.from_pylist(corpus_rows, schema=CORPUS_SCHEMA))
+        write_parquet(tmp / DECISIONS_FILE, pa.Table.from_pylist(_decision_rows(records, dropped), schema=DECISION_SCHEMA))
+        unique_ids = [r["id"] for r in decon.kept]
+        sigs = features.signatures if features is not None else None
+        if sigs is not None:
+            write_parquet(tmp / BUCKETS_FILE, staged.bucket_table(unique_ids, sigs, params))
+        write_parquet(tmp / CLUSTERS_FILE, staged.cluster_table(result.clusters))
+        write_json_atomic(tmp / VERSION_FILE, version.to_dict())
+    return CurationReport(version, out, counts, version.drop_reasons, result.cluster_sizes(), result.stats,
+                          store_report, residual, decon.stats, sha256_file(out / CORPUS_FILE)[:16])
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def _corpus_path(root: str | os.PathLike[str] | None, name: str) -> Path:
+    path = paths.asset_dir(CORPUS_ASSET, root) / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: materialise curated_corpus first (training-assets curate)")
+    return path
+
+
+def load_curated_corpus(root: str | os.PathLike[str] | None = None) -> pa.Table:
+    """The curated corpus: columns id, text, source, trace_id, task_id, batch_id, cluster_size, n_chars."""
+    return pq.read_table(_corpus_path(root, CORPUS_FILE))
+
+
+def corpus_version(root: str | os.PathLike[str] | None = None) -> str:
+    """The curated corpus's DatasetVersion id (changes with inputs, config or code version)."""
+    return json.loads(_corpus_path(root, VERSION_FILE).read_text())["id"]
+
+
+def lineage(record_id: str, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Why ``record_id`` was kept or dropped, with its cluster (representative and members)."""
+    decisions = pq.read_table(_corpus_path(root, DECISIONS_FILE))
+    match = decisions.filter(pc.equal(decisions["id"], record_id)).to_pylist()
+    if not match:
+        raise KeyError(f"record {record_id!r} is not in {_corpus_path(root, DECISIONS_FILE)}; "
+                       "ids are trace ids (or <source>:<n> for extra sources)")
+    row = match[0]
+    clusters = pq.read_table(_corpus_path(root, CLUSTERS_FILE))
+    rep = clusters.filter(pc.equal(clusters["id"], record_id)).column("representative").to_pylist()
+    if rep:
+        members = clusters.filter(pc.equal(clusters["representative"], rep[0])).column("id").to_pylist()
+        row["cluster"] = {"representative": rep[0], "members": members}
+    row["corpus_version"] = corpus_version(root)
+    return row

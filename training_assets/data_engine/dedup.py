@@ -1,0 +1,304 @@
+"""Exact and near-duplicate removal: content hash, then MinHash-LSH (or hyperplane-LSH cosine).
+
+Pipeline (each step a Numba kernel from ``kernels.dedup``, glued here with NumPy):
+
+1. exact duplicates: records with the same text collapse onto the first (hash table on content);
+2. features per unique text: word-n-gram shingle hashes (``minhash``) or a hashing-vectorizer
+   embedding (``cosine``), straight from one UTF-8 buffer;
+3. signatures: MinHash (``num_perm`` values) or ``num_perm`` random-hyperplane bits;
+4. LSH: ``bands x rows`` chosen so a pair at the threshold collides with probability
+   >= ``target_recall`` (``lsh_params``); documents sharing a band key are candidate pairs;
+5. verification: exact Jaccard of the shingle sets (or exact cosine of the embeddings);
+   pairs below the threshold are discarded. Signature agreement decides the clear cases first
+   (six binomial deviations from the threshold either way, see ``dedup_unique``), so only the
+   uncertain candidates are shingled and compared exactly;
+6. clusters: connected components of verified pairs (union-find). The representative kept for
+   a cluster is its **first record in input order**: earlier data wins, and in the staged,
+   incremental form an old batch's record is never displaced by a new batch.
+
+Same records, parameters and seed give the same result, whatever the thread count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernels import dedup as K
+from training_assets.data_engine.filters import Dropped
+
+METHODS = ("minhash", "cosine")
+DEFAULT_SEED = 42
+N_HASHED_FEATURES = 1 << 20
+
+
+@dataclass(frozen=True)
+class DedupParams:
+    method: str = "minhash"  # "minhash" (Jaccard of word n-grams) or "cosine" (hashed unigram embedding)
+    threshold: float = 0.8  # a pair at or above this similarity is a duplicate
+    num_perm: int = 128  # MinHash permutations / hyperplane bits
+    ngram: int = 5  # words per shingle (minhash)
+    seed: int = DEFAULT_SEED  # permutations and hyperplanes derive from it
+    target_recall: float = 0.995  # LSH collision probability required at the threshold
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"dedup method {self.method!r} is not one of {METHODS}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"dedup threshold {self.threshold} must be in (0, 1]")
+        if self.num_perm < 2 or self.ngram < 1:
+            raise ValueError(f"num_perm ({self.num_perm}) must be >= 2 and ngram ({self.ngram}) >= 1")
+
+
+def collision_probability(similarity: float, bands: int, rows: int) -> float:
+    """P(two documents share at least one band) = 1 - (1 - s^r)^b for per-row agreement s."""
+    return 1.0 - (1.0 - similarity ** rows) ** bands
+
+
+def row_agreement(threshold: float, method: str) -> float:
+    """Per-row collision probability at the threshold: Jaccard itself, or 1 - arccos(cos)/pi."""
+    return threshold if method == "minhash" else 1.0 - float(np.arccos(threshold)) / np.pi
+
+
+def lsh_params(threshold: float, num_perm: int, target_recall: float = 0.995, method: str = "minhash"
+               ) -> tuple[int, int]:
+    """(bands, rows): the most rows per band (fewest false candidates) that still catch a pair at
+    the threshold with probability >= ``target_recall``, using ``bands = num_perm // rows``.
+
+    Candidates are verified exactly, so false candidates cost time, never precision; missed pairs
+    cost recall, which is why recall at the threshold is the constraint.
+    """
+    s = row_agreement(threshold, method)
+    for rows in range(num_perm, 0, -1):
+        bands = num_perm // rows
+        if collision_probability(s, bands, rows) >= target_recall:
+            return bands, rows
+    return num_perm, 1
+
+
+def content_hash(text: str) -> str:
+    """BLAKE2b-128 of the UTF-8 text: a record's content identity in the signature store."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def pack_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One UTF-8 buffer (uint8[B]) and document offsets (int64[N+1]) for the kernels.
+
+    Each text is encoded and appended to one growing buffer: one copy of the corpus bytes at
+    peak (plus the buffer's growth slack), and no join of mixed-width strings.
+    """
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    buffer = bytearray()
+    lengths = np.empty(len(texts), np.int64)
+    for i, text in enumerate(texts):
+        encoded = text.encode("utf-8")
+        lengths[i] = len(encoded)
+        buffer += encoded
+    np.cumsum(lengths, out=offsets[1:])
+    return np.frombuffer(buffer, np.uint8), offsets
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Multiply-shift parameters: odd 64-bit ``a`` and 64-bit ``b`` per permutation."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    a = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False) | np.uint64(1)
+    b = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False)
+    return a, b
+
+
+@dataclass
+class Features:
+    """What LSH and verification need per document: the signature matrix, which documents have
+    any feature, and an exact similarity for candidate pairs (computed lazily: in memory, the
+    shingle sets of only the candidate documents are ever built)."""
+
+    signatures: np.ndarray  # uint32[N, num_perm]: MinHash values or hyperplane bits
+    nonempty: np.ndarray  # bool[N]
+    similarity: Callable[[np.ndarray], np.ndarray]  # int64[M, 2] pairs -> float64[M]
+
+    def take(self, index: np.ndarray) -> Features:
+        """The features of documents ``index``, in that order."""
+        parent = self.similarity
+        return Features(self.signatures[index], self.nonempty[index], lambda pairs: parent(index[pairs]))
+
+
+def csr_jaccard(offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Exact Jaccard over stored sorted-unique shingle sets (CSR)."""
+    return lambda pairs: K.jaccard_pairs(pairs, offsets, hashes)
+
+
+def lazy_jaccard(data: np.ndarray, offsets: np.ndarray, ngram: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Exact Jaccard that shingles only the documents appearing in the pairs, from the text buffer."""
+    def similarity(pairs: np.ndarray) -> np.ndarray:
+        if not len(pairs):
+            return np.zeros(0)
+        docs = np.sort(pairs.ravel())
+        docs = docs[np.concatenate(([True], docs[1:] != docs[:-1]))]
+        hash_offsets, hashes = K.shingle_sets(data, offsets[docs], offsets[docs + 1], ngram)
+        return K.jaccard_pairs(np.searchsorted(docs, pairs), hash_offsets, hashes)
+    return similarity
+
+
+def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
+    data, offsets = pack_texts(texts)
+    if params.method == "minhash":
+        a, b = permutations(params.num_perm, params.seed)
+        signatures, n_words = K.minhash_from_text(data, offsets, params.ngram, a, b)
+        return Features(signatures, n_words > 0, lazy_jaccard(data, offsets, params.ngram))
+    feat_offsets, ids, weights = K.hashed_features(data, offsets, N_HASHED_FEATURES)
+    bits = K.hyperplane_signatures(feat_offsets, ids, weights, params.num_perm, params.seed)
+    return Features(bits, np.diff(feat_offsets) > 0,
+                    lambda pairs: K.cosine_pairs(pairs, feat_offsets, ids, weights))
+
+
+def candidate_pairs(signatures: np.ndarray, nonempty: np.ndarray, bands: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unique candidate pairs int64[M, 2] (a < b) and the band-key matrix uint64[N, bands].
+
+    The band join is one sort over all (band key, doc) entries: keys already mix in the band
+    index, so equal keys from different bands do not meet (up to 64-bit collisions).
+    """
+    keys = K.band_keys(signatures, bands, rows)
+    docs = np.nonzero(nonempty)[0].astype(np.int64)
+    flat_keys = keys[docs].ravel()
+    flat_docs = np.repeat(docs, bands)
+    order = np.argsort(flat_keys, kind="stable")
+    pairs = K.bucket_pairs(flat_keys[order], flat_docs[order])
+    if len(pairs):
+        packed = np.sort(pairs[:, 0] * np.int64(signatures.shape[0]) + pairs[:, 1])
+        # sort + mask: np.unique on int64 was ~20x slower than a plain sort here (numpy 2.4)
+        packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
+        pairs = np.stack([packed // signatures.shape[0], packed % signatures.shape[0]], axis=1)
+    return pairs.reshape(-1, 2), keys
+
+
+@dataclass
+class DedupResult:
+    """kept: records in input order; clusters: kept id -> [its own id, then the ids it stands for];
+    dropped: one ``Dropped`` per removed record (``duplicate_of`` = the kept id); pairs: verified
+    near-duplicate pairs (id_a, id_b, similarity); stats: counts and LSH parameters."""
+
+    kept: list[dict[str, Any]]
+    clusters: dict[str, list[str]]
+    dropped: list[Dropped] = field(default_factory=list)
+    pair_index: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # record indices
+    pair_similarity: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ids: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> list[tuple[str, str, float]]:
+        """Verified near-duplicate pairs as (id_a, id_b, similarity), built on demand."""
+        return [(self.ids[a], self.ids[b], s)
+                for (a, b), s in zip(self.pair_index.tolist(), self.pair_similarity.tolist(), strict=True)]
+
+    def cluster_sizes(self) -> dict[int, int]:
+        """Histogram: cluster size -> number of clusters."""
+        hist: dict[int, int] = {}
+        for members in self.clusters.values():
+            hist[len(members)] = hist.get(len(members), 0) + 1
+        return dict(sorted(hist.items()))
+
+
+def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """Near-dup clustering of already exact-deduplicated documents given their features.
+
+    -> (root int64[N]: index of each document's representative, verified pairs int64[M, 2],
+    similarities float64[M], stats). Shared by in-memory ``dedup`` and the staged store.
+    """
+    n = len(ids)
+    bands, rows = lsh_params(params.threshold, params.num_perm, params.target_recall, params.method)
+    nonempty = features.nonempty
+    candidates, _ = candidate_pairs(features.signatures, nonempty, bands, rows)
+    # Pre-filter: skip the exact check for candidates whose signature agreement is more than six
+    # standard deviations below the agreement expected at the threshold (binomial, num_perm
+    # trials): such a pair is below the threshold with overwhelming probability, and the exact
+    # check (shingling both documents) is the expensive step.
+    # Symmetrically, a pair whose agreement is six deviations above it (for threshold 0.8 and 128
+    # permutations: all 128 values equal, which a pair below 0.8 does with probability
+    # < 0.8^128 ~ 4e-13) is accepted on its signature; its similarity is the signature estimate
+    # (the Jaccard estimate, or cos(pi * (1 - agreement)) for hyperplane bits).
+    expected = row_agreement(params.threshold, params.method)
+    spread = 6.0 * float(np.sqrt(expected * (1.0 - expected) / params.num_perm))
+    agreement = K.signature_agreement(candidates, features.signatures) if len(candidates) else np.zeros(0)
+    sure = agreement >= min(1.0, expected + spread)
+    check = (agreement >= expected - spread) & ~sure
+    estimate = agreement[sure] if params.method == "minhash" else np.cos(np.pi * (1.0 - agreement[sure]))
+    pairs = np.concatenate([candidates[sure], candidates[check]])
+    sims = np.concatenate([estimate, features.similarity(candidates[check]) if check.any() else np.zeros(0)])
+    good = sims >= params.threshold
+    root = K.union_find(n, pairs[good]) if n else np.zeros(0, np.int64)
+    stats = {"bands": bands, "rows": rows, "candidate_pairs": int(len(candidates)),
+             "accepted_on_signature": int(sure.sum()), "checked_exactly": int(check.sum()),
+             "verified_pairs": int(good.sum()), "empty_documents": int((~nonempty).sum())}
+    return root, pairs[good], sims[good], stats
+
+
+def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold: float = 0.8, num_perm: int = 128,
+          ngram: int = 5, seed: int = DEFAULT_SEED, target_recall: float = 0.995,
+          features: Features | None = None) -> DedupResult:
+    """Remove exact and near duplicates from ``records`` (dicts with ``id`` and ``text``).
+
+    ``features``: precomputed features of every record, in order (the staged store passes the
+    stored signatures so they are not recomputed); by default they are computed here. See the
+    module docstring for the pipeline and the representative rule.
+    """
+    params = DedupParams(method, threshold, num_perm, ngram, seed, target_recall)
+    ids = [r["id"] for r in records]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"dedup: record id {dup!r} appears more than once; ids must be unique")
+    # Exact duplicates: a hash table keyed on the text itself (Python's cached string hash, then
+    # a full comparison), so equal content is found without a cryptographic hash per record.
+    first_of: dict[str, int] = {}
+    exact_root = np.fromiter((first_of.setdefault(r["text"], i) for i, r in enumerate(records)), np.int64,
+                             len(records))
+    del first_of
+    unique = np.nonzero(exact_root == np.arange(len(records)))[0]
+    features = (compute_features([records[i]["text"] for i in unique], params) if features is None
+                else features.take(unique))
+    near_root, pairs, sims, stats = dedup_unique([ids[i] for i in unique], features, params)
+    root = unique[near_root][np.searchsorted(unique, exact_root)] if len(records) else exact_root
+    return assemble(records, root, exact_root, unique[pairs] if len(pairs) else pairs, sims,
+                    {"method": method, "threshold": threshold, "num_perm": num_perm, "ngram": ngram, "seed": seed,
+                     **stats})
+
+
+def assemble(records: Sequence[dict[str, Any]], root: np.ndarray, exact_root: np.ndarray,
+             pair_index: np.ndarray, sims: np.ndarray, stats: dict[str, Any]) -> DedupResult:
+    """Turn per-record representative indices into kept records, clusters and drop reasons.
+
+    pair_index: int64[M, 2] record indices of the verified pairs, sims: float64[M].
+    """
+    best = np.zeros(len(records))  # each record's best similarity to anything in its cluster
+    if len(pair_index):
+        np.maximum.at(best, pair_index[:, 0], sims)
+        np.maximum.at(best, pair_index[:, 1], sims)
+    kept: list[dict[str, Any]] = []
+    clusters: dict[str, list[str]] = {}
+    dropped: list[Dropped] = []
+    for i, record in enumerate(records):
+        rep = records[int(root[i])]["id"]
+        if root[i] == i:
+            kept.append(record)
+            clusters[rep] = [rep]
+            continue
+        clusters[rep].append(record["id"])
+        if exact_root[i] != i:
+            dropped.append(Dropped(record["id"], "dedup", "exact_duplicate",
+                                   f"same text as {records[int(exact_root[i])]['id']}",
+                                   duplicate_of=rep, similarity=1.0))
+        else:
+            sim = float(best[i])
+            dropped.append(Dropped(record["id"], "dedup", "near_duplicate",
+                                   f"{stats['method']} similarity {sim:.3f} >= {stats['threshold']} "
+                                   f"within the cluster of {rep}", duplicate_of=rep, similarity=sim))
+    n_exact = sum(d.reason == "exact_duplicate" for d in dropped)
+    stats = {**stats, "input": len(records), "kept": len(kept), "exact_duplicates": n_exact,
+             "near_duplicates": len(dropped) - n_exact,
+             "dedup_rate": (len(dropped) / len(records)) if len(records) else 0.0}
+    return DedupResult(kept, clusters, dropped, pair_index, sims, [r["id"] for r in records], stats)

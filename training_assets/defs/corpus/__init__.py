@@ -1,0 +1,1 @@
+"""Curation stage: held-out sets, staged MinHash signatures, the curated corpus."""

@@ -1,0 +1,153 @@
+"""held_out_sets, minhash_signatures[batch] and curated_corpus: the curation stage."""
+
+import glob
+
+import dagster as dg
+from pydantic import Field
+
+from training_assets import data_engine
+from training_assets.data_engine import staged
+from training_assets.data_engine.decontam import DEFAULT_MIN_NGRAM, DEFAULT_NGRAM
+from training_assets.defs.metadata import counts_table, figure_png, md_table, png_markdown
+from training_assets.defs.partitions import trace_batches
+from training_assets.defs.resources import DataRoot
+
+NO_OVERLAP_CHECK = "no_held_out_overlap"
+DEDUP_RATE_CHECK = "dedup_rate_within_bounds"
+
+
+class HeldOutSetsConfig(dg.Config):
+    paths: list[str] = Field(
+        default_factory=list,
+        description="Held-out JSONL files or globs (rows need 'id' and the text fields). "
+                    "Empty: <data root>/held_out/*.jsonl.")
+    fields: list[str] = Field(default_factory=lambda: ["prompt"],
+                              description="Row fields joined into the indexed text.")
+
+
+@dg.asset(group_name="corpus", code_version=data_engine.CURATION_VERSION, kinds={"parquet"})
+def held_out_sets(config: HeldOutSetsConfig, data_root: DataRoot) -> dg.MaterializeResult:
+    """Held-out eval examples that training data must not contain (indexed by decontamination)."""
+    root = data_root.root()
+    patterns = config.paths or [str(root / "held_out" / "*.jsonl")]
+    files = sorted({f for p in patterns for f in glob.glob(p)})
+    info = data_engine.write_held_out_sets(files, root, config.fields)
+    return dg.MaterializeResult(
+        metadata={"examples": info["examples"], "per_set": counts_table(info["per_set"], "eval_set", "examples"),
+                  "files": md_table([{"file": f} for f in files]), "uri": dg.MetadataValue.path(info["uri"])},
+        data_version=dg.DataVersion(info["data_version"]),
+    )
+
+
+class DedupSettings(dg.Config):
+    ngram: int = Field(5, ge=1, description="Words per MinHash shingle.")
+    num_perm: int = Field(128, ge=2, description="MinHash permutations per signature.")
+    seed: int = Field(42, description="Seed of the MinHash permutations.")
+
+
+@dg.asset(partitions_def=trace_batches, group_name="corpus", code_version=data_engine.CURATION_VERSION,
+          deps=["raw_traces"], kinds={"parquet", "numba"})
+def minhash_signatures(context: dg.AssetExecutionContext, config: DedupSettings, data_root: DataRoot
+                       ) -> dg.MaterializeResult:
+    """Stage 1 of staged dedup: MinHash signatures and shingle sets of one batch, computed once."""
+    params = data_engine.DedupParams(ngram=config.ngram, num_perm=config.num_perm, seed=config.seed)
+    info = staged.write_partition_signatures(context.partition_key, params, data_root.root())
+    return dg.MaterializeResult(
+        metadata={"documents": info["documents"], "params": info["params"], "uri": dg.MetadataValue.path(info["uri"])},
+        data_version=dg.DataVersion(info["data_version"]),
+    )
+
+
+class CuratedCorpusConfig(dg.Config):
+    method: str = Field("minhash", description="Near-dup method: 'minhash' (Jaccard of word n-grams) or 'cosine'.")
+    threshold: float = Field(0.8, gt=0.0, le=1.0,
+                             description="Similarity at or above which two records are duplicates.")
+    ngram: int = Field(5, ge=1, description="Words per MinHash shingle (must match minhash_signatures to reuse them).")
+    num_perm: int = Field(128, ge=2, description="MinHash permutations (must match minhash_signatures).")
+    seed: int = Field(42, description="Seed of the permutations (must match minhash_signatures).")
+    decontam_ngram: int = Field(DEFAULT_NGRAM, ge=1,
+                                description="n of the held-out n-gram index (13 prose, 8-10 code).")
+    decontam_min_ngram: int = Field(DEFAULT_MIN_NGRAM, ge=1,
+                                    description="Held-out examples shorter than this are not indexed.")
+    min_chars: int = Field(20, ge=0, description="Quality filter: shorter records are dropped.")
+    max_chars: int = Field(200_000, ge=1, description="Quality filter: longer records are dropped.")
+    extra_sources: list[str] = Field(default_factory=list,
+                                     description=".jsonl/.txt/.parquet files curated with the traces.")
+    min_dedup_rate: float = Field(0.0, ge=0.0, le=1.0,
+                                  description="Blocking check: lowest acceptable share of records removed by dedup.")
+    max_dedup_rate: float = Field(0.5, ge=0.0, le=1.0,
+                                  description="Blocking check: highest acceptable share (more means a broken source).")
+
+    def to_library(self) -> data_engine.CurationConfig:
+        return data_engine.CurationConfig(
+            quality=data_engine.QualityConfig(min_chars=self.min_chars, max_chars=self.max_chars),
+            dedup=data_engine.DedupParams(self.method, self.threshold, self.num_perm, self.ngram, self.seed),
+            decontam_ngram=self.decontam_ngram, decontam_min_ngram=self.decontam_min_ngram,
+            extra_sources=tuple(self.extra_sources))
+
+
+def _cluster_plot(sizes: dict[int, int]) -> dg.MetadataValue:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar([str(k) for k in sizes], list(sizes.values()))
+    ax.set_xlabel("cluster size (records)")
+    ax.set_ylabel("clusters")
+    ax.set_yscale("log")
+    ax.set_title("near/exact duplicate clusters")
+    png = figure_png(fig)
+    plt.close(fig)
+    return png_markdown(png, "cluster sizes")
+
+
+@dg.asset(
+    group_name="corpus", code_version=data_engine.CURATION_VERSION, kinds={"parquet", "numba"},
+    deps=[dg.AssetDep("raw_traces", partition_mapping=dg.AllPartitionMapping()),
+          dg.AssetDep("minhash_signatures", partition_mapping=dg.AllPartitionMapping()), "held_out_sets"],
+    check_specs=[
+        dg.AssetCheckSpec(NO_OVERLAP_CHECK, asset="curated_corpus", blocking=True,
+                          description="No kept record shares an n-gram with a held-out example."),
+        dg.AssetCheckSpec(DEDUP_RATE_CHECK, asset="curated_corpus", blocking=True,
+                          description="The share of records removed by dedup is within [min_dedup_rate, max_dedup_rate]."),
+    ],
+)
+def curated_corpus(context: dg.AssetExecutionContext, config: CuratedCorpusConfig, data_root: DataRoot
+                   ) -> dg.MaterializeResult:
+    """Traces rendered to text, normalised, quality-filtered, decontaminated and deduplicated, with a
+    decision (kept, or dropped with the reason and duplicate-of) for every input record."""
+    report = data_engine.curate(data_root.root(), config.to_library())
+    context.log.info(f"curation: {report.stage_counts}; signatures {report.store_report}")
+    rate = report.dedup_stats["dedup_rate"]
+    rate_ok = config.min_dedup_rate <= rate <= config.max_dedup_rate
+    return dg.MaterializeResult(
+        metadata={
+            "records": report.stage_counts["dedup"],
+            "counts_per_stage": counts_table(report.stage_counts, "stage", "records left"),
+            "drop_reasons": counts_table(report.drop_reasons),
+            "cluster_sizes": _cluster_plot(report.cluster_sizes),
+            "dedup": dg.MetadataValue.json(report.dedup_stats),
+            "signatures": dg.MetadataValue.json(report.store_report),
+            "dataset_version": report.version.id,
+            "uri": dg.MetadataValue.path(str(report.output_dir)),
+        },
+        data_version=dg.DataVersion(report.version.id),
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=NO_OVERLAP_CHECK, passed=not report.residual_overlaps, severity=dg.AssetCheckSeverity.ERROR,
+                metadata={"overlapping_records": len(report.residual_overlaps),
+                          "index_ngrams": report.decontam_stats["index_ngrams"],
+                          "held_out_too_short": len(report.decontam_stats["too_short"])},
+                description=None if not report.residual_overlaps else
+                f"kept records still overlap held-out examples: {report.residual_overlaps[:5]}"),
+            dg.AssetCheckResult(
+                check_name=DEDUP_RATE_CHECK, passed=rate_ok, severity=dg.AssetCheckSeverity.ERROR,
+                metadata={"dedup_rate": rate, "min_dedup_rate": config.min_dedup_rate,
+                          "max_dedup_rate": config.max_dedup_rate},
+                description=None if rate_ok else
+                f"dedup removed {rate:.1%} of records, outside "
+                f"[{config.min_dedup_rate:.0%}, {config.max_dedup_rate:.0%}]"),
+        ],
+    )
