@@ -1,0 +1,249 @@
+"""Fixtures: a tiny random-init Qwen2 checkpoint, a locally trained tokenizer and a LoRA adapter.
+
+Built once per session (a few seconds) and shared read-only by the tests; nothing is downloaded.
+"""
+
+import json
+
+import pytest
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] or '' }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+SPECIALS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"]
+
+
+def build_tokenizer(out_dir):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [
+        "What is 12 * 7 + 3? The answer is 87.",
+        "Convert 10 miles to kilometers. The tool returned 16.09. The answer is 16.09 km.",
+        'calculator {"expression": "12 * 7 + 3"} sort these words: apple, pear, fig, kiwi',
+        "I cannot help with that request. I am not able to share secrets.",
+    ] * 20
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", bos_token="<|bos|>",
+                                   eos_token="<|end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def build_model(out_dir, tokenizer, seed=0):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return model
+
+
+def build_adapter(out_dir, base_dir, seed=1):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                 init_lora_weights=False))
+    peft_model.save_pretrained(out_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory):
+    """``{"tokenizer", "base", "adapter"}`` dirs: a full tiny model and a LoRA adapter on it."""
+    root = tmp_path_factory.mktemp("tiny")
+    tokenizer = build_tokenizer(root / "tokenizer")
+    build_model(root / "base", tokenizer)
+    build_adapter(root / "adapter", root / "base")
+    return {"tokenizer": root / "tokenizer", "base": root / "base", "adapter": root / "adapter"}
+
+
+def write_manifest(root, asset_key, kind, checkpoint_dir, base_model_dir, tokenizer_dir, data_versions=None,
+                   run_id="mlflow-run-1"):
+    """Write a checkpoint manifest as the trainers do (GRAPH.md contract)."""
+    folder = root / asset_key
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"asset": asset_key, "kind": kind, "checkpoint_dir": str(checkpoint_dir),
+                "base_model_dir": str(base_model_dir) if base_model_dir else None,
+                "tokenizer_dir": str(tokenizer_dir), "train": {"steps": 3, "final_loss": 5.0},
+                "mlflow_run_id": run_id, "dagster_run_id": "dagster-run-1",
+                "data_versions": data_versions or {"sft_dataset": "v-sft"}, "config": {"lr": 1e-3}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return manifest
+
+
+@pytest.fixture
+def upstream(data_root, tiny_checkpoints):
+    """A data root holding what the eval/registry stages read: a curated corpus from two trace
+    batches, the tokenizer asset and the checkpoint manifests base -> sft -> dpo/grpo -> merged."""
+    import shutil
+
+    import pyarrow as pa
+
+    from training_assets.data_engine import corpus
+    from training_assets.storage import write_json_atomic, write_parquet
+
+    folder = data_root / corpus.CORPUS_ASSET
+    folder.mkdir()
+    rows = [{"id": f"t{i}", "text": "x", "source": "traces", "trace_id": f"t{i}", "task_id": "k",
+             "batch_id": b, "cluster_size": 1, "n_chars": 1} for i, b in enumerate(["traces-0001-aa", "traces-0002-bb", "traces-0001-aa"])]
+    rows.append({**rows[0], "id": "extra:0", "trace_id": None, "batch_id": None, "source": "extra"})
+    write_parquet(folder / corpus.CORPUS_FILE, pa.Table.from_pylist(rows, schema=corpus.CORPUS_SCHEMA))
+    write_json_atomic(folder / corpus.VERSION_FILE, {"id": "corpus-v1"})
+    shutil.copytree(tiny_checkpoints["tokenizer"], data_root / "tokenizer")
+    base, adapter, tok = tiny_checkpoints["base"], tiny_checkpoints["adapter"], tiny_checkpoints["tokenizer"]
+    chain = {
+        "base_checkpoint": ("full", base, None, {"tokenizer": "tok-1", "pretrain_windows": "pw-1"}),
+        "sft_checkpoint": ("full", base, None, {"tokenizer": "tok-1", "sft_dataset": "sft-1", "base_checkpoint": "dv-base_checkpoint"}),
+        "dpo_checkpoint": ("adapter", adapter, base, {"preference_pairs": "pp-1", "sft_checkpoint": "dv-sft_checkpoint"}),
+        "grpo_checkpoint": ("adapter", adapter, base, {"grpo_groups": "gg-1", "sft_checkpoint": "dv-sft_checkpoint"}),
+        "merged_adapter": ("adapter", adapter, base, {"dpo_checkpoint": "dv-dpo_checkpoint", "grpo_checkpoint": "dv-grpo_checkpoint"}),
+    }
+    for key, (kind, ckpt, base_dir, versions) in chain.items():
+        manifest = write_manifest(data_root, key, kind, ckpt, base_dir, tok, versions, run_id=f"mlflow-{key}")
+        manifest["data_version"] = f"dv-{key}"
+        (data_root / key / "manifest.json").write_text(json.dumps(manifest))
+    return data_root
+
+
+class FakeVllm:
+    """A 127.0.0.1 HTTP server speaking vLLM's model-list and runtime-LoRA endpoints."""
+
+    def __init__(self, refuse_load=False, api_key=None):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.adapters = {}  # name -> path
+        self.calls = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _unauthorised(self):
+                if api_key and self.headers.get("Authorization") != f"Bearer {api_key}":
+                    self._reply(401, {"error": "Unauthorized"})
+                    return True
+                return False
+
+            def do_GET(self):
+                server.calls.append(("GET", self.path))
+                if self._unauthorised():
+                    return None
+                if self.path != "/v1/models":
+                    return self._reply(404, {"error": "not found"})
+                cards = [{"id": "base", "object": "model", "root": "/models/base", "parent": None}]
+                cards += [{"id": n, "object": "model", "root": p, "parent": "base"} for n, p in server.adapters.items()]
+                self._reply(200, {"object": "list", "data": cards})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.calls.append(("POST", self.path, body))
+                if self._unauthorised():
+                    return None
+                if self.path == "/v1/load_lora_adapter":
+                    if refuse_load:
+                        return self._reply(400, {"error": "LoRA is not enabled"})
+                    if body["lora_name"] in server.adapters:
+                        return self._reply(400, {"error": f"The lora adapter '{body['lora_name']}' has already been loaded."})
+                    server.adapters[body["lora_name"]] = body["lora_path"]
+                    return self._reply(200, {"status": "ok"})
+                if self.path == "/v1/unload_lora_adapter":
+                    if server.adapters.pop(body["lora_name"], None) is None:
+                        return self._reply(404, {"error": "not loaded"})
+                    return self._reply(200, {"status": "ok"})
+                self._reply(404, {"error": "not found"})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fake_vllm():
+    server = FakeVllm()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def keyed_vllm():
+    server = FakeVllm(api_key="s3cret")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def refusing_vllm():
+    server = FakeVllm(refuse_load=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def closed_port_url():
+    """A 127.0.0.1 URL nothing listens on (the port was bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def manifest_writer():
+    """``write_manifest`` as a fixture (test modules cannot import conftest under importlib mode)."""
+    return write_manifest
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory):
+    """An initialised, empty MLflow SQLite store: creating one runs MLflow's migrations (~10 s here),
+    copying it takes milliseconds."""
+    from mlflow import MlflowClient
+
+    folder = tmp_path_factory.mktemp("mlflow-template")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments()
+    return folder / "mlflow.db"
+
+
+@pytest.fixture
+def tracking_uri(tmp_path, mlflow_template):
+    """A fresh MLflow store for one test."""
+    import shutil
+
+    store = tmp_path / "mlflow"
+    store.mkdir()
+    shutil.copy(mlflow_template, store / "mlflow.db")
+    return f"sqlite:///{store / 'mlflow.db'}"

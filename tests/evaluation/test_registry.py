@@ -1,0 +1,126 @@
+"""The role-bound MLflow registry: idempotent registration, lineage, rollback, all-or-nothing."""
+
+import pytest
+
+from training_assets.deploy import DeploymentTarget
+from training_assets.registry import (Lineage, ModelRegistry, RegistryError, collect_lineage, promotion_verdict,
+                                      register_checkpoint, uri_path)
+
+TARGET = DeploymentTarget("generator", "agent")
+
+
+@pytest.fixture
+def registry(tracking_uri):
+    return ModelRegistry(tracking_uri)
+
+
+def test_same_checkpoint_id_gives_the_same_version(registry, tiny_checkpoints):
+    first = register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1", Lineage(trace_partitions=("b1",)))
+    again = register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
+    assert first.version == again.version == 1
+    assert "already registered" in again.note
+    assert [r["version"] for r in registry.list()] == [1]
+    assert again.lineage.trace_partitions == ("b1",)  # the stored entry, not the second call's arguments
+
+
+def test_pick_for_role_follows_the_alias_and_rollback_moves_it_back(registry, tiny_checkpoints):
+    register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
+    register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-2")
+    assert registry.pick_for_role("generator").checkpoint_id == "ck-2"
+    assert registry.history("generator") == [1, 2]
+    entry, reason = registry.rollback("generator")
+    assert entry.checkpoint_id == "ck-1" and "version 2 -> 1" in reason
+    assert registry.pick_for_role("generator").version == 1
+    with pytest.raises(RegistryError, match="nothing to roll back to"):
+        registry.rollback("generator")
+    entry, _ = registry.rollback("generator", to_version=2)  # promote a chosen version again
+    assert registry.pick_for_role("generator").version == 2
+    # re-registering a known checkpoint never re-promotes it behind the operator's back
+    registry.rollback("generator")
+    register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-2")
+    assert registry.pick_for_role("generator").version == 1
+
+
+def test_roles_are_independent_aliases(registry, tiny_checkpoints):
+    register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
+    register_checkpoint(registry, tiny_checkpoints["base"], DeploymentTarget("judge", "judge"), "ck-2")
+    assert registry.pick_for_role("generator").version == 1
+    assert registry.pick_for_role("judge").version == 2
+    assert {r["version"]: r["roles"] for r in registry.list()} == {1: ["generator"], 2: ["judge"]}
+    with pytest.raises(RegistryError, match="no model registered for role 'critic'"):
+        registry.pick_for_role("critic")
+
+
+def test_registered_checkpoint_is_a_snapshot_that_retraining_cannot_change(registry, tiny_checkpoints, tmp_path):
+    import shutil
+
+    from training_assets.trainers.eval_hooks import resolve_checkpoint
+
+    source = tmp_path / "adapter"
+    shutil.copytree(tiny_checkpoints["adapter"], source)
+    entry = register_checkpoint(registry, source, TARGET, "ck-1")
+    (source / "adapter_model.safetensors").write_bytes(b"retrained")
+    dirs = resolve_checkpoint(uri_path(entry.checkpoint_uri))
+    assert dirs.is_adapter and (dirs.checkpoint_dir / "adapter_model.safetensors").read_bytes() != b"retrained"
+    assert (dirs.tokenizer_dir / "tokenizer.json").is_file() and (dirs.base_model_dir / "config.json").is_file()
+    assert entry.source_uri.endswith("/adapter")
+    assert f"--lora-modules agent={dirs.checkpoint_dir}" in entry.deployment["serve_command"]
+
+
+def test_a_failure_mid_registration_leaves_the_registry_as_it_was(registry, tiny_checkpoints, monkeypatch):
+    register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(registry.client, "set_model_version_tag", broken)
+    with pytest.raises(RegistryError, match="database is locked.*nothing registered"):
+        register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-2")
+    monkeypatch.undo()
+    assert [r["checkpoint_id"] for r in registry.list()] == ["ck-1"]
+    assert registry.pick_for_role("generator").checkpoint_id == "ck-1"
+    assert registry.history("generator") == [1]
+    assert registry.find("ck-2") is None
+    assert register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-2").version > 1  # and it can retry
+
+
+def test_bad_role_or_checkpoint_id_is_refused_before_anything_happens(registry, tiny_checkpoints):
+    with pytest.raises(ValueError, match="role 'Gen Erator'"):
+        register_checkpoint(registry, tiny_checkpoints["adapter"], DeploymentTarget("Gen Erator", "x"), "ck-1")
+    with pytest.raises(ValueError, match="checkpoint_id"):
+        register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck' or '1'='1")
+
+
+def test_lineage_answers_which_traces_trained_the_model(upstream, registry):
+    lineage = collect_lineage(upstream, "merged_adapter", {"metrics": {"pass_rate": 0.5}})
+    assert lineage.trace_partitions == ("traces-0001-aa", "traces-0002-bb")
+    assert lineage.corpus_version == "corpus-v1" and len(lineage.tokenizer_hash) >= 16
+    assert lineage.dataset_versions == {"grpo_groups": "gg-1", "preference_pairs": "pp-1", "pretrain_windows": "pw-1",
+                                        "sft_dataset": "sft-1"}
+    assert set(lineage.training_run_ids) == {"base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint",
+                                             "merged_adapter"}
+    assert lineage.training_run_ids["sft_checkpoint"]["mlflow"] == "mlflow-sft_checkpoint"
+    entry = register_checkpoint(registry, upstream / "merged_adapter", TARGET, "merged-1", lineage)
+    picked = registry.pick_for_role("generator")
+    assert picked.lineage == entry.lineage and picked.lineage.eval_summary["metrics"]["pass_rate"] == 0.5
+
+
+def test_lineage_refuses_a_chain_whose_upstream_was_retrained(upstream):
+    import json
+
+    manifest = json.loads((upstream / "sft_checkpoint" / "manifest.json").read_text())
+    manifest["data_version"] = "dv-sft-retrained"
+    (upstream / "sft_checkpoint" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RegistryError, match="sft_checkpoint is now dv-sft-retrained"):
+        collect_lineage(upstream, "merged_adapter")
+
+
+@pytest.mark.parametrize(("report", "ok", "why"), [
+    ({"checkpoint_data_version": "dv-1", "gate": {"passed": True, "reasons": []}}, True, "gate passed"),
+    ({"checkpoint_data_version": "dv-1", "gate": {"passed": False, "reasons": ["pass_rate 0.1 < min 0.5"]}}, False,
+     "pass_rate 0.1 < min 0.5"),
+    ({"checkpoint_data_version": "dv-0", "gate": {"passed": True, "reasons": []}}, False, "re-materialise the eval report"),
+])
+def test_only_a_checkpoint_whose_own_gate_passed_is_promotable(report, ok, why):
+    verdict, reason = promotion_verdict(report, {"asset": "merged_adapter", "data_version": "dv-1"})
+    assert verdict is ok and why in reason

@@ -1,0 +1,182 @@
+"""Verbs: ``evaluate``, ``register`` and ``registry {list,pick,rollback}``.
+
+    training-assets evaluate merged_adapter                      # asset key under the data root, or a path
+    training-assets evaluate runs/sft/final --cases my_cases.jsonl --no-benchmarks --json
+    training-assets register merged_adapter --role generator --served-model-name agent \\
+        --eval-report data/merged_eval_report                    # refuses when that report's gate failed
+    training-assets registry list
+    training-assets registry pick generator --json               # what serves the role, and its lineage
+    training-assets registry rollback generator [--to-version 3] [--base-url http://127.0.0.1:8000]
+
+The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else the SQLite store
+under the data root (``--root``, default ``$TRAINING_ASSETS_DATA``), as in the Dagster assets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from training_assets import paths
+from training_assets.commands import emit, fail
+
+
+def _checkpoint(arg: str, root: str | None) -> tuple[Path, str | None]:
+    """A path as given, else an asset key under the data root; returns (folder, asset key or None)."""
+    path = Path(arg)
+    if path.exists():
+        return path, None
+    folder = paths.asset_dir(arg, root)
+    if (folder / "manifest.json").is_file():
+        return folder, arg
+    raise FileNotFoundError(f"{arg}: no such path, and no checkpoint asset {folder}/manifest.json; "
+                            "pass a checkpoint folder or an asset key such as merged_adapter")
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    from training_assets.registry import ModelRegistry
+    from training_assets.tracking import default_tracking_uri
+
+    return ModelRegistry(args.tracking_uri or default_tracking_uri(args.root), args.model_name)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from training_assets.trainers import eval_hooks
+
+    try:
+        folder, _ = _checkpoint(args.checkpoint, args.root)
+        cases = eval_hooks.load_cases(args.cases)
+    except (FileNotFoundError, ValueError) as exc:
+        return fail(str(exc))
+    tasks = [] if args.no_benchmarks else [t for t in args.benchmarks.split(",") if t]
+    thresholds = eval_hooks.GateThresholds(min_pass_rate=args.min_pass_rate, max_bits_per_byte=args.max_bits_per_byte,
+                                           max_bpb_vs_uniform=args.max_bpb_vs_uniform)
+    payload = eval_hooks.run_eval_report(folder, cases, thresholds, benchmark_tasks=tasks,
+                                         benchmark_limit=args.limit or None, max_new_tokens=args.max_new_tokens)
+    if args.out:
+        eval_hooks.write_eval_report(args.out, payload)
+    lines = [f"{folder}: pass rate {payload['metrics']['pass_rate']:.3f} over {payload['summary']['n_cases']} cases"]
+    lines += [f"  {cat}: {v['passed']}/{v['n']}" for cat, v in payload["report"]["by_category"].items()]
+    if payload["benchmarks"].get("skipped"):
+        lines.append(f"  lm-eval skipped: {payload['benchmarks']['skipped']}")
+    lines += [f"  {task}: {metrics}" for task, metrics in payload["benchmarks"]["tasks"].items()]
+    lines.append(f"gate {'passed' if payload['gate']['passed'] else 'FAILED'}: " + "; ".join(payload["gate"]["reasons"]))
+    emit(args, payload, "\n".join(lines))
+    return 0 if payload["gate"]["passed"] else 1
+
+
+def _register(args: argparse.Namespace) -> int:
+    from training_assets.deploy import DeploymentError, DeploymentTarget
+    from training_assets.registry import Lineage, RegistryError, collect_lineage, promotion_verdict, register_checkpoint
+    from training_assets.storage import sha256_tree
+    from training_assets.trainers.eval_hooks import load_eval_report, resolve_checkpoint
+
+    try:
+        folder, asset = _checkpoint(args.checkpoint, args.root)
+        manifest = {"asset": asset, "data_version": sha256_tree(resolve_checkpoint(folder).checkpoint_dir)[:16]}
+        if (folder / "manifest.json").is_file():
+            manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        summary: dict[str, Any] = {}
+        if args.eval_report:
+            report = load_eval_report(args.eval_report)
+            ok, reason = promotion_verdict(report, manifest)
+            if not ok:
+                return fail(f"not registering {folder}: {reason}", code=1)
+            summary = {"metrics": report["metrics"], "gate": report["gate"], "eval_config": report.get("eval_config")}
+        lineage = collect_lineage(args.root, asset, summary) if asset else Lineage(eval_summary=summary)
+        checkpoint_id = args.checkpoint_id or f"{asset or folder.name}-{manifest.get('data_version')}"
+        target = DeploymentTarget(args.role, args.served_model_name, args.base_url)
+        entry = register_checkpoint(_registry(args), folder, target, checkpoint_id, lineage)
+    except (FileNotFoundError, ValueError, RegistryError, DeploymentError) as exc:
+        return fail(str(exc))
+    emit(args, entry.to_dict(), f"{entry.note}\n  serve: {entry.deployment['serve_command']}")
+    return 0
+
+
+def _describe(entry: Any) -> str:
+    lineage = entry.lineage
+    return (f"{entry.role}: v{entry.version} {entry.checkpoint_id} ({entry.served_model_name})\n"
+            f"  checkpoint: {entry.checkpoint_uri}\n  trace batches: {', '.join(lineage.trace_partitions) or '-'}\n"
+            f"  corpus: {lineage.corpus_version}  tokenizer: {lineage.tokenizer_hash}\n"
+            f"  datasets: {dict(lineage.dataset_versions)}\n  runs: {dict(lineage.training_run_ids)}\n"
+            f"  serve: {entry.deployment.get('serve_command')}")
+
+
+def _registry_verb(args: argparse.Namespace) -> int:
+    from training_assets.deploy import DeploymentError, DeploymentTarget
+    from training_assets.registry import RegistryError
+
+    registry = _registry(args)
+    try:
+        if args.action == "list":
+            rows = registry.list()
+            text = "\n".join(f"v{r['version']} {r['checkpoint_id']} roles={r['roles']} {r['trace_partitions']}"
+                             for r in rows) or f"no versions registered in {registry.model_name}"
+            emit(args, rows, text)
+        elif args.action == "pick":
+            entry = registry.pick_for_role(args.role)
+            emit(args, entry.to_dict(), _describe(entry))
+        else:
+            target = None
+            if args.base_url:
+                if not args.served_model_name:
+                    return fail("--base-url needs --served-model-name (the adapter name to load)")
+                target = DeploymentTarget(args.role, args.served_model_name, args.base_url)
+            entry, reason = registry.rollback(args.role, args.to_version, target)
+            emit(args, {"reason": reason, "entry": entry.to_dict()}, f"{reason}\n{_describe(entry)}")
+    except (RegistryError, DeploymentError) as exc:
+        return fail(str(exc))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default=None, help="data root (default $TRAINING_ASSETS_DATA or ./data)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the data root's SQLite store)")
+    p.add_argument("--model-name", default="agent-model", help="MLflow registered model holding the role aliases")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from training_assets.trainers.eval_hooks import DEFAULT_BENCHMARKS, DEFAULT_CASES
+
+    p = subparsers.add_parser("evaluate", help="reliability suite (+ lm-eval offline) on a checkpoint; exit 1 if the gate fails")
+    p.add_argument("checkpoint", help="checkpoint asset key (e.g. merged_adapter) or folder (manifest, HF or PEFT dir)")
+    p.add_argument("--cases", default=str(DEFAULT_CASES), help="eval cases JSONL (default: the shipped suite)")
+    p.add_argument("--benchmarks", default=",".join(DEFAULT_BENCHMARKS), help="comma-separated lm-eval tasks")
+    p.add_argument("--no-benchmarks", action="store_true", help="skip lm-eval")
+    p.add_argument("--limit", type=int, default=0, help="examples per lm-eval task (0 = all)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="greedy tokens per case")
+    p.add_argument("--min-pass-rate", type=float, default=0.0, help="gate: overall pass rate")
+    p.add_argument("--max-bits-per-byte", type=float, default=None, help="gate: perplexity task bits per byte")
+    p.add_argument("--max-bpb-vs-uniform", type=float, default=None,
+                   help="gate: perplexity bits/byte over a uniform guess's (1.0 = chance)")
+    p.add_argument("--out", default=None, help="folder to write report.json into")
+    _common(p)
+    p.set_defaults(handler=_evaluate)
+
+    p = subparsers.add_parser("register", help="register a checkpoint for a role (MLflow alias) and deploy or record it")
+    p.add_argument("checkpoint", help="checkpoint asset key (e.g. merged_adapter) or folder")
+    p.add_argument("--role", required=True, help="role the model serves (becomes the MLflow alias)")
+    p.add_argument("--served-model-name", required=True, help="name clients request")
+    p.add_argument("--base-url", default=None, help="vLLM server to load the adapter into; omitted: record the command")
+    p.add_argument("--checkpoint-id", default=None, help="idempotency key (default: <asset>-<data version>)")
+    p.add_argument("--eval-report", default=None, help="eval report folder whose gate must have passed")
+    _common(p)
+    p.set_defaults(handler=_register)
+
+    p = subparsers.add_parser("registry", help="list versions, show the model for a role, roll a role back")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    a = actions.add_parser("list", help="every registered version and the roles it serves")
+    _common(a)
+    a = actions.add_parser("pick", help="the model serving a role, with its lineage")
+    a.add_argument("role")
+    _common(a)
+    a = actions.add_parser("rollback", help="move the role's alias to the previous version (or --to-version)")
+    a.add_argument("role")
+    a.add_argument("--to-version", type=int, default=None, help="promote this version instead of the previous one")
+    a.add_argument("--base-url", default=None, help="also load that version's adapter into this vLLM server")
+    a.add_argument("--served-model-name", default=None, help="adapter name on the server (with --base-url)")
+    _common(a)
+    p.set_defaults(handler=_registry_verb)
