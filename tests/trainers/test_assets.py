@@ -1,0 +1,117 @@
+"""Checkpoint assets: Dagster Pipes run of base_checkpoint, the whole chain through the job library."""
+
+import json
+
+import numpy as np
+import pytest
+
+from training_assets.trainers import jobs
+from training_assets.trainers.accelerate_launch import run_job
+from training_assets.trainers.checkpoints import load_model_for_eval, read_manifest
+
+
+@pytest.fixture
+def upstream(data_root, tokenizer, windows, sft_examples, preference_pairs, grpo_groups):
+    """The assets the trainers read: tokenizer and the four datasets, written through their own libraries."""
+    from training_assets.tokenizer_trainer import tokenizer_dir
+    from training_assets.training_data.io import rows_to_table, windows_to_table, write_dataset
+    from training_assets.trainers.sft import encode_messages
+
+    tokenizer.save_pretrained(str(tokenizer_dir(data_root)))
+    width = max(len(w["input_ids"]) for w in windows)
+    cols = {k: np.array([w[k] + [fill] * (width - len(w[k])) for w in windows], dtype=np.int32)
+            for k, fill in (("input_ids", 0), ("position_ids", 0), ("doc_ids", -1), ("labels", -100))}
+    write_dataset("pretrain_windows", windows_to_table(cols), {"test": 1}, {}, data_root)
+    sft = []
+    for i, e in enumerate(sft_examples):
+        ids, mask = encode_messages(tokenizer, e["messages"])
+        sft.append({"id": str(i), "task_id": "t", "messages": json.dumps(e["messages"]), "input_ids": ids,
+                    "assistant_mask": mask, "n_tokens": len(ids)})
+    write_dataset("sft_dataset", rows_to_table("sft_dataset", sft), {"test": 1}, {}, data_root)
+    pairs = [{**p, "task_id": "t", "failure_point": 0} for p in preference_pairs]
+    write_dataset("preference_pairs", rows_to_table("preference_pairs", pairs), {"test": 1}, {}, data_root)
+    groups = [{**g, "task_id": "t", "pass_rate": 0.5} for g in grpo_groups]
+    write_dataset("grpo_groups", rows_to_table("grpo_groups", groups), {"test": 1}, {}, data_root)
+    return data_root
+
+
+def test_asset_graph_deps_and_tags():
+    import dagster as dg
+
+    from training_assets.defs.training import assets
+
+    expected = {"base_checkpoint": {"pretrain_windows", "tokenizer"},
+                "sft_checkpoint": {"sft_dataset", "base_checkpoint", "tokenizer"},
+                "dpo_checkpoint": {"sft_checkpoint", "preference_pairs", "sft_eval_report"},
+                "grpo_checkpoint": {"sft_checkpoint", "grpo_groups", "sft_eval_report"},
+                "merged_adapter": {"dpo_checkpoint", "grpo_checkpoint"}}
+    for name, deps in expected.items():
+        spec = getattr(assets, name)
+        assert {k.to_user_string() for k in spec.asset_deps[dg.AssetKey(name)]} == deps, name
+    assert assets.base_checkpoint.op.tags["training_assets/resource"] == "accelerator"
+    (job,) = assets.training_defs.jobs
+    assert job.name == "training_job" and job.tags["training_assets/resource"] == "accelerator"
+
+
+def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
+    import dagster as dg
+
+    from training_assets import tracking
+    from training_assets.defs.resources import DataRoot, MlflowTracking
+    from training_assets.defs.training.assets import base_checkpoint
+
+    result = dg.materialize([base_checkpoint], resources={"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()},
+                            run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 3, "batch_size": 4}}}})
+    assert result.success
+    meta = result.asset_materializations_for_node("base_checkpoint")[0].metadata
+    assert meta["steps"].value == 3 and meta["loss_curve"].value.startswith("![loss curve](data:image/png;base64,")
+    for key in ("plan", "final_loss", "tokens_per_s", "peak_rss_mb", "mlflow_run_id", "checkpoint_uri"):
+        assert key in meta
+    manifest = read_manifest(upstream, "base_checkpoint")
+    assert manifest["dagster_run_id"] == result.run_id and manifest["kind"] == "full"
+    # MLflow, embedded default: a SQLite store under the data root
+    assert manifest["tracking_uri"] == tracking.default_tracking_uri(upstream) == f"sqlite:///{upstream / 'mlflow' / 'mlflow.db'}"
+    run = tracking.run_summary(manifest["tracking_uri"], manifest["mlflow_run_id"])
+    assert run["status"] == "FINISHED" and run["params"]["max_steps"] == "3" and run["params"]["plan.planned_steps"] == "3"
+    assert run["loss_history"] == manifest["train"]["losses"]  # per-step metrics
+    assert run["tags"]["dagster_run_id"] == result.run_id and run["tags"]["checkpoint_dir"] == manifest["checkpoint_dir"]
+    assert "loss_curve.png" in run["artifacts"]
+    model, tok = load_model_for_eval(manifest)
+    assert model.config.vocab_size == len(tok)
+
+
+def _train(asset, root, **overrides):
+    job = jobs.prepare_job(asset, root, overrides)
+    run_job(json.loads(job.job_path.read_text()))
+    return jobs.finish_job(job, root, dagster_run_id="test")
+
+
+def test_the_chain_base_sft_dpo_grpo_merge(upstream):
+    import torch
+
+    base = _train("base_checkpoint", upstream, max_steps=2, batch_size=4)
+    sft = _train("sft_checkpoint", upstream, max_steps=2, batch_size=2, packing=True)
+    lora = {"r": 4, "alpha": 8}
+    dpo = _train("dpo_checkpoint", upstream, max_steps=2, batch_size=4, lora=lora)
+    grpo = _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, lora=lora, num_generations=2, max_new_tokens=4)
+    merged = jobs.merge_job(upstream)
+    assert sft["config"]["base_model"] == base["checkpoint_dir"]
+    assert dpo["base_model_dir"] == grpo["base_model_dir"] == merged["base_model_dir"] == sft["checkpoint_dir"]
+    assert dpo["data_versions"]["sft_checkpoint"] == sft["data_version"]
+    model, tok = load_model_for_eval(read_manifest(upstream, "merged_adapter"))
+    with torch.no_grad():
+        assert model(input_ids=torch.tensor([tok("The answer")["input_ids"]])).logits.isfinite().all()
+
+    # same inputs and config again: the finished run is found and resumed, not retrained
+    again = _train("dpo_checkpoint", upstream, max_steps=2, batch_size=4, lora=lora)
+    assert again["train"]["resumed_from"] and again["train"]["losses"] == dpo["train"]["losses"]
+    assert again["data_version"] == dpo["data_version"]
+
+
+def test_merge_refuses_full_checkpoints(upstream):
+    _train("base_checkpoint", upstream, max_steps=1, batch_size=4)
+    _train("sft_checkpoint", upstream, max_steps=1, batch_size=2)
+    _train("dpo_checkpoint", upstream, max_steps=1, batch_size=4)
+    _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, num_generations=2, max_new_tokens=2)
+    with pytest.raises(ValueError, match="full checkpoints"):
+        jobs.merge_job(upstream)

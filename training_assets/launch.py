@@ -1,0 +1,118 @@
+"""Scale-out: Accelerate configs (FSDP, DeepSpeed ZeRO-3) and launch command lines.
+
+The same job spec (``trainers.accelerate_launch``) runs on one CPU process, on ``torchrun``
+processes over gloo, or under ``accelerate launch`` with these configs on GPU hosts (one or many
+machines). The config dicts use Accelerate's own config-file keys, so
+``accelerate.commands.config.config_args.ClusterConfig.from_yaml_file`` loads what
+``write_config`` writes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from training_assets.storage import write_bytes_atomic
+
+JOB_MODULE = "training_assets.trainers.accelerate_launch"
+
+
+def _base(num_processes: int, num_machines: int, machine_rank: int, main_process_ip: str | None,
+          main_process_port: int, mixed_precision: str) -> dict[str, Any]:
+    if num_machines > 1 and not main_process_ip:
+        raise ValueError("num_machines > 1 needs main_process_ip (the rank-0 machine's address)")
+    cfg: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE", "machine_rank": machine_rank,
+                           "num_machines": num_machines, "num_processes": num_processes,
+                           "mixed_precision": mixed_precision, "rdzv_backend": "static", "same_network": True,
+                           "use_cpu": False, "main_training_function": "main", "downcast_bf16": "no"}
+    if num_machines > 1:
+        cfg.update(main_process_ip=main_process_ip, main_process_port=main_process_port)
+    return cfg
+
+
+def fsdp_accelerate_config(num_processes: int = 8, num_machines: int = 1, machine_rank: int = 0,
+                           main_process_ip: str | None = None, main_process_port: int = 29500,
+                           mixed_precision: str = "bf16", transformer_layer_cls: str = "Qwen2DecoderLayer",
+                           activation_checkpointing: bool = True, cpu_offload: bool = False) -> dict[str, Any]:
+    """FSDP2 full-shard config: parameters, grads and optimizer state sharded over all processes.
+
+    Wraps each decoder layer (``transformer_layer_cls``, e.g. ``LlamaDecoderLayer``) as a unit;
+    state dicts are gathered in full on save so checkpoints stay plain HF safetensors.
+    """
+    cfg = _base(num_processes, num_machines, machine_rank, main_process_ip, main_process_port, mixed_precision)
+    cfg["distributed_type"] = "FSDP"
+    cfg["fsdp_config"] = {
+        "fsdp_version": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": transformer_layer_cls, "fsdp_reshard_after_forward": True,
+        "fsdp_state_dict_type": "FULL_STATE_DICT", "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_offload_params": cpu_offload, "fsdp_activation_checkpointing": activation_checkpointing,
+    }
+    return cfg
+
+
+def deepspeed_zero3_config(num_processes: int = 8, num_machines: int = 1, machine_rank: int = 0,
+                           main_process_ip: str | None = None, main_process_port: int = 29500,
+                           mixed_precision: str = "bf16", offload_optimizer: bool = False,
+                           offload_params: bool = False, grad_accum: int = 1, max_grad_norm: float = 1.0) -> dict[str, Any]:
+    """DeepSpeed ZeRO stage 3 config (Rajbhandari et al. 2020): params, grads, optimizer partitioned.
+
+    ``zero3_save_16bit_model`` gathers the weights on save so the output is a normal HF checkpoint.
+    """
+    cfg = _base(num_processes, num_machines, machine_rank, main_process_ip, main_process_port, mixed_precision)
+    cfg["distributed_type"] = "DEEPSPEED"
+    cfg["deepspeed_config"] = {
+        "zero_stage": 3, "zero3_init_flag": True, "zero3_save_16bit_model": True,
+        "offload_optimizer_device": "cpu" if offload_optimizer else "none",
+        "offload_param_device": "cpu" if offload_params else "none",
+        "gradient_accumulation_steps": grad_accum, "gradient_clipping": max_grad_norm,
+        "deepspeed_multinode_launcher": "standard",
+    }
+    return cfg
+
+
+def write_config(config: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write an Accelerate config file (YAML) atomically."""
+    import yaml
+
+    return write_bytes_atomic(path, yaml.safe_dump(config, sort_keys=True).encode())
+
+
+def build_launch_command(job_path: str | os.PathLike[str], num_processes: int = 1, num_machines: int = 1,
+                         machine_rank: int = 0, main_process_ip: str | None = None, main_process_port: int = 29500,
+                         config_file: str | os.PathLike[str] | None = None, cpu: bool = False,
+                         python: str = "python") -> list[str]:
+    """argv that runs the job under the right launcher.
+
+    * one process: ``python -m training_assets.trainers.accelerate_launch JOB``;
+    * CPU, several processes: ``torchrun --nproc_per_node N`` (gloo) — ``accelerate launch --cpu
+      --num_processes N`` started a single process on this kind of host;
+    * GPU: ``accelerate launch`` with the config file and the machine topology.
+    """
+    job = str(job_path)
+    if num_processes < 1 or num_machines < 1:
+        raise ValueError(f"num_processes and num_machines must be >= 1, got {num_processes}, {num_machines}")
+    if num_machines > 1 and not main_process_ip:
+        raise ValueError("num_machines > 1 needs main_process_ip (the rank-0 machine's address)")
+    if num_processes == 1 and num_machines == 1 and config_file is None:
+        return [python, "-m", JOB_MODULE, job]
+    if cpu:
+        cmd = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes // num_machines or 1)]
+        if num_machines > 1:
+            cmd += ["--nnodes", str(num_machines), "--node_rank", str(machine_rank),
+                    "--master_addr", main_process_ip, "--master_port", str(main_process_port)]
+        else:
+            cmd += ["--standalone"]  # single node: a free local rendezvous port, no fixed 29500 to collide on
+        return cmd + ["-m", JOB_MODULE, job]
+    cmd = [python, "-m", "accelerate.commands.launch"]
+    if config_file is not None:
+        cmd += ["--config_file", str(config_file)]
+    cmd += ["--num_processes", str(num_processes), "--num_machines", str(num_machines), "--machine_rank", str(machine_rank)]
+    if num_machines > 1:
+        cmd += ["--main_process_ip", main_process_ip, "--main_process_port", str(main_process_port)]
+    return cmd + ["-m", JOB_MODULE, job]
+
+
+def format_command(argv: list[str]) -> str:
+    return shlex.join(argv)

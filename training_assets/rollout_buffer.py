@@ -1,0 +1,111 @@
+"""Rollout staging for GRPO: prompt → generations (token ids + log-probs) → rewards → groups.
+
+``RolloutBuffer`` collects completions per prompt from any generator (local ``model.generate``
+or ``VLLMRolloutClient``), scores them with a reward function of the reward engine's shape
+``(completions, **columns) -> list[float]``, computes group-relative advantages, and exports
+rows in the ``grpo_groups`` format (``group_id, prompt, completions, rewards, advantages,
+expected_answer``) so online rollouts can be stored and replayed like the dataset.
+
+``VLLMRolloutClient`` talks to a running vLLM OpenAI-compatible server: ``POST /v1/completions``
+with ``n`` samples, ``logprobs=0`` and ``return_tokens_as_token_ids`` so each sampled token comes
+back as ``token_id:<id>`` with its log-prob; ``model`` may name a LoRA adapter loaded at runtime.
+Start vLLM with ``--logprobs-mode processed_logprobs`` so the log-probs are those of the
+distribution actually sampled from (after temperature), which is what the importance ratio needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from training_assets.storage import canonical_json
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None = None  # sampler log-probs per token (None: recompute with the policy)
+    reward: float | None = None
+    advantage: float | None = None
+
+
+@dataclass
+class StagedPrompt:
+    group_id: str
+    prompt: list[dict[str, Any]]
+    prompt_ids: list[int]
+    expected_answer: str | None = None
+    generations: list[Generation] = field(default_factory=list)
+
+
+class RolloutBuffer:
+    """Prompts staged for one rollout round, their generations, rewards and advantages."""
+
+    def __init__(self) -> None:
+        self.prompts: list[StagedPrompt] = []
+
+    def stage(self, group_id: str, prompt: list[dict[str, Any]], prompt_ids: list[int], expected_answer: str | None = None) -> StagedPrompt:
+        staged = StagedPrompt(group_id, prompt, list(prompt_ids), expected_answer)
+        self.prompts.append(staged)
+        return staged
+
+    def score(self, reward_fn: Callable[..., list[float]], scale_rewards: str = "group") -> None:
+        """Reward every generation and set group-relative advantages (``training_data.group_advantages``)."""
+        from training_assets.training_data.grpo import group_advantages
+
+        for staged in self.prompts:
+            if not staged.generations:
+                raise ValueError(f"prompt {staged.group_id} has no generations to score")
+            texts = [json.dumps([{"role": "assistant", "content": g.text}]) for g in staged.generations]
+            rewards = reward_fn(texts, expected_answer=[staged.expected_answer] * len(texts))
+            for g, r, a in zip(staged.generations, rewards, group_advantages(rewards, scale_rewards)):
+                g.reward, g.advantage = float(r), float(a)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One training row per generation: prompt ids, completion ids, sampler log-probs, advantage."""
+        return [{"group_id": s.group_id, "prompt_ids": s.prompt_ids, "completion_ids": g.token_ids,
+                 "old_logps": g.logprobs, "advantage": g.advantage, "reward": g.reward}
+                for s in self.prompts for g in s.generations]
+
+    def to_groups(self) -> list[dict[str, Any]]:
+        """Rows in the ``grpo_groups`` dataset format."""
+        return [{"group_id": s.group_id, "prompt": canonical_json(s.prompt),
+                 "completions": [canonical_json([{"role": "assistant", "content": g.text}]) for g in s.generations],
+                 "rewards": [g.reward for g in s.generations], "advantages": [g.advantage for g in s.generations],
+                 "expected_answer": s.expected_answer} for s in self.prompts]
+
+    def mean_reward(self) -> float:
+        rewards = [g.reward for s in self.prompts for g in s.generations if g.reward is not None]
+        return sum(rewards) / len(rewards) if rewards else float("nan")
+
+
+class VLLMRolloutClient:
+    """Sample completions with log-probs from a vLLM OpenAI-compatible server."""
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 120.0) -> None:
+        self.base_url, self.model, self.timeout_s = base_url.rstrip("/"), model, timeout_s
+
+    def generate(self, prompt_ids: Sequence[int], n: int, max_tokens: int, temperature: float) -> list[Generation]:
+        import requests
+
+        body = {"model": self.model, "prompt": list(prompt_ids), "n": n, "max_tokens": max_tokens,
+                "temperature": temperature, "logprobs": 0, "return_tokens_as_token_ids": True}
+        try:
+            response = requests.post(f"{self.base_url}/v1/completions", json=body, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise ConnectionError(f"vLLM server {self.base_url} unreachable ({exc}); start it or use rollout='local'") from exc
+        if response.status_code != 200:
+            raise RuntimeError(f"vLLM {self.base_url}/v1/completions answered {response.status_code}: {response.text[:300]}")
+        out = []
+        for choice in response.json()["choices"]:
+            lp = choice.get("logprobs") or {}
+            tokens, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
+            if len(tokens) != len(logps) or any(not str(t).startswith("token_id:") for t in tokens):
+                raise ValueError("vLLM response lacks token ids with log-probs: the server must support "
+                                 "return_tokens_as_token_ids and logprobs")
+            out.append(Generation(text=choice["text"], token_ids=[int(str(t).split(":", 1)[1]) for t in tokens],
+                                  logprobs=[float(x) for x in logps]))
+        return out

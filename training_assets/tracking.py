@@ -1,0 +1,142 @@
+"""MLflow tracking for training runs.
+
+Embedded default: a SQLite store under the data root (``<root>/mlflow/mlflow.db``, the same URI
+the Dagster ``mlflow`` resource gives); in production set ``TrainConfig.tracking_uri`` or
+``$MLFLOW_TRACKING_URI`` to a server. A run logs the config as params, per-step metrics
+(loss, lr, tokens/s), the loss curve as a PNG artifact, the checkpoint path and the summary,
+tagged with ``dagster_run_id`` when the caller passes it in ``tracker_tags``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from training_assets import paths
+
+EXPERIMENT = "training_assets"
+
+
+def default_tracking_uri(root: str | os.PathLike[str] | None = None) -> str:
+    """``$MLFLOW_TRACKING_URI``, else ``sqlite:///<data root>/mlflow/mlflow.db``."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    store = paths.data_root(root) / "mlflow"
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def loss_curve_png(losses: list[float], title: str = "training loss") -> bytes:
+    """A small PNG of loss against optimizer step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot(range(1, len(losses) + 1), losses, marker="." if len(losses) < 60 else None)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+class _NoRun:
+    """Tracking disabled (tracker='none' or a non-main process)."""
+
+    run_id: str | None = None
+
+    def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        return None
+
+    def finish(self, result: Any, checkpoint_dir: str) -> None:
+        return None
+
+
+class MlflowRun:
+    """One MLflow run; ``log_step`` is the loop callback, ``finish`` logs the curve and the checkpoint."""
+
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client, self.run_id = client, run_id
+        self._buffer: list[Any] = []
+
+    def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer += [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        if len(self._buffer) >= 200:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self.client.log_batch(self.run_id, metrics=self._buffer)
+            self._buffer = []
+
+    def finish(self, result: Any, checkpoint_dir: str) -> None:
+        self.flush()
+        summary = {"final_loss": result.final_loss, "tokens_per_s": result.tokens_per_s,
+                   "peak_rss_mb": result.peak_rss_mb, "wall_s": result.wall_s, "steps": result.steps}
+        for k, v in summary.items():
+            self.client.log_metric(self.run_id, f"summary/{k}", float(v))
+        self.client.set_tag(self.run_id, "checkpoint_dir", checkpoint_dir)
+        if result.resumed_from:
+            self.client.set_tag(self.run_id, "resumed_from", result.resumed_from)
+        self.client.log_image(self.run_id, _png_to_array(loss_curve_png(result.losses)), artifact_file="loss_curve.png")
+
+
+def _png_to_array(png: bytes) -> Any:
+    import matplotlib.image as mpimg
+
+    return mpimg.imread(io.BytesIO(png), format="png")
+
+
+@contextlib.contextmanager
+def start_run(config: Any, plan: Any, enabled: bool = True) -> Iterator[Any]:
+    """Context: an ``MlflowRun`` when ``config.tracker == "mlflow"`` (and ``enabled``), else a no-op run.
+
+    A failed training marks the MLflow run FAILED rather than leaving it RUNNING.
+    """
+    if config.tracker != "mlflow" or not enabled:
+        yield _NoRun()
+        return
+    from mlflow.tracking import MlflowClient
+
+    uri = config.tracking_uri or default_tracking_uri()
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+    tags = {"kind": plan.kind, **(config.tracker_tags or {})}
+    run = client.create_run(experiment_id, run_name=config.run_name or f"{plan.kind}", tags=tags)
+    run_id = run.info.run_id
+    params = {k: str(v)[:500] for k, v in config.to_dict().items() if k != "tracker_tags"}
+    params.update({f"plan.{k}": str(v)[:500] for k, v in plan.to_dict().items() if k != "notes"})
+    from mlflow.entities import Param
+
+    client.log_batch(run_id, params=[Param(k, v) for k, v in sorted(params.items())])
+    tracked = MlflowRun(client, run_id)
+    try:
+        yield tracked
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id, status="FINISHED")
+
+
+def run_summary(uri: str, run_id: str) -> dict[str, Any]:
+    """Params, latest metrics, tags and artifact names of a run (for tests and the CLI)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    return {"params": dict(run.data.params), "metrics": dict(run.data.metrics), "tags": dict(run.data.tags),
+            "status": run.info.status, "artifacts": [a.path for a in client.list_artifacts(run_id)],
+            "loss_history": [m.value for m in client.get_metric_history(run_id, "loss")]}

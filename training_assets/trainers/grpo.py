@@ -1,0 +1,178 @@
+"""Group Relative Policy Optimisation (Shao et al. 2024, DeepSeekMath, https://arxiv.org/abs/2402.03300).
+
+Each example is a prompt. Per micro-batch of ``batch_size`` prompts the trainer samples
+``num_generations`` completions per prompt (``rollout="local"``: ``generate`` with the current
+policy; ``"vllm"``: ``VLLMRolloutClient``; ``"dataset"``: the completions and advantages stored in
+``grpo_groups``), scores them with the reward engine (``training_data.compose_reward``), turns
+rewards into group-relative advantages, and minimises ``objectives.grpo_surrogate`` — the
+clipped importance-ratio surrogate with clip-higher and an optional k3 KL to the reference.
+
+One policy update per rollout batch (TRL's ``num_iterations=1``): the old log-probs are the
+policy's own before the update, so the ratio starts at 1 and the clipping only matters after
+the first step; with vLLM they are the sampler's log-probs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
+from training_assets.trainers.base import TrainerBase
+from training_assets.trainers.modeling_refs import reference_context
+from training_assets.trainers.sft import as_messages, encode_completion
+
+# A generated completion has no environment verdict, so "success" cannot be scored online.
+ONLINE_REWARD_WEIGHTS = {"answer": 1.0, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
+
+
+class GRPOTrainer(TrainerBase):
+    kind = "grpo"
+
+    def __init__(self, *args: Any, reward_fn: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reward_fn = reward_fn
+        self.reference: Any = None
+        self.rewards: list[float] = []  # mean reward per rollout batch
+        self.skipped: list[dict[str, str]] = []
+
+    @property
+    def sequences_per_example(self) -> int:  # type: ignore[override]
+        return self.config.num_generations if self.config.rollout != "dataset" else 1
+
+    def reward_fn(self) -> Any:
+        if self._reward_fn is None:
+            from training_assets.training_data import compose_reward
+
+            self._reward_fn = compose_reward(self.config.reward_weights or ONLINE_REWARD_WEIGHTS)
+        return self._reward_fn
+
+    def example_tokens(self, example: dict[str, Any]) -> int:
+        prompt_chars = sum(len(str(m.get("content") or "")) for m in as_messages(example["prompt"]))
+        return prompt_chars // 4 + self.config.max_new_tokens
+
+    def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for i, e in enumerate(examples):
+            group_id = str(e.get("group_id", i))
+            prompt = as_messages(e["prompt"])
+            if self.config.rollout == "dataset":
+                for j, (completion, advantage) in enumerate(zip(e["completions"], e["advantages"])):
+                    enc = encode_completion(tokenizer, prompt, as_messages(completion), self.config.max_seq_len)
+                    if enc is None:
+                        self.skipped.append({"id": f"{group_id}/{j}", "reason": "completion has no assistant tokens"})
+                        continue
+                    ids, mask, plen = enc
+                    rows.append({"group_id": group_id, "prompt_ids": ids[:plen], "completion_ids": ids[plen:],
+                                 "completion_mask": mask[plen:], "advantage": float(advantage), "old_logps": None})
+            else:
+                prompt_ids = list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True,
+                                                                return_dict=True)["input_ids"])
+                rows.append({"group_id": group_id, "prompt": prompt, "prompt_ids": prompt_ids[-self.config.max_seq_len:],
+                             "expected_answer": e.get("expected_answer")})
+        if not rows:
+            raise ValueError(f"grpo: no trainable rows from {len(examples)} groups; first reasons: {self.skipped[:3]}")
+        return rows
+
+    def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
+        if self.config.kl_beta > 0 and not hasattr(model, "peft_config"):
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+
+    # ---------------------------------------------------------------- rollouts
+    def _rollout(self, rows: list[dict[str, Any]], model: Any) -> list[dict[str, Any]]:
+        import torch
+
+        tok = self.tokenizer
+        buffer = RolloutBuffer()
+        G = self.config.num_generations
+        if self.config.rollout == "vllm":
+            client = VLLMRolloutClient(self.config.vllm_base_url, self.config.run_name or "policy")
+            for r in rows:
+                staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
+                staged.generations = client.generate(r["prompt_ids"], G, self.config.max_new_tokens, self.config.temperature)
+        else:
+            from training_assets.trainers.modeling import device_of
+
+            pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+            prompts = [r["prompt_ids"] for r in rows for _ in range(G)]
+            P = max(len(p) for p in prompts)
+            ids = torch.tensor([[pad_id] * (P - len(p)) + p for p in prompts])  # left-padded (B·G, P)
+            attn = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
+            was_training = model.training
+            model.eval()
+            with torch.no_grad():
+                out = model.generate(input_ids=ids.to(device_of(model)), attention_mask=attn.to(device_of(model)),
+                                     do_sample=True, temperature=self.config.temperature, top_k=0, top_p=1.0,
+                                     max_new_tokens=self.config.max_new_tokens, pad_token_id=pad_id,
+                                     eos_token_id=tok.eos_token_id, use_cache=True)
+            model.train(was_training)
+            completions = out[:, P:].cpu().tolist()
+            for k, r in enumerate(rows):
+                staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
+                for c in completions[k * G:(k + 1) * G]:
+                    if tok.eos_token_id in c:
+                        c = c[: c.index(tok.eos_token_id) + 1]
+                    staged.generations.append(Generation(text=tok.decode(c, skip_special_tokens=True), token_ids=c))
+        buffer.score(self.reward_fn())
+        self.rewards.append(buffer.mean_reward())
+        return [{**row, "completion_mask": [1] * len(row["completion_ids"])} for row in buffer.rows()]
+
+    def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
+        import torch
+
+        if self.config.rollout != "dataset":
+            rows = self._rollout(rows, model)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        P = max(len(r["prompt_ids"]) for r in rows)
+        C = max(max(len(r["completion_ids"]) for r in rows), 1)
+        ids, attn, cmask = [], [], []
+        for r in rows:
+            p, c, m = r["prompt_ids"], r["completion_ids"], r["completion_mask"]
+            ids.append([pad_id] * (P - len(p)) + p + c + [pad_id] * (C - len(c)))
+            attn.append([0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c)))
+            cmask.append(list(m) + [0] * (C - len(m)))
+        batch: dict[str, Any] = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(attn),
+                                 "completion_mask": torch.tensor(cmask, dtype=torch.float32),
+                                 "advantages": torch.tensor([r["advantage"] for r in rows], dtype=torch.float32),
+                                 "prompt_len": P}
+        batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            # Sampler log-probs (vLLM) are the old policy; otherwise old = current policy, taken as
+            # logps.detach() in the loss (one update per rollout batch) instead of a second forward.
+            if all(r.get("old_logps") is not None for r in rows):
+                batch["old_logps"] = torch.tensor([list(r["old_logps"]) + [0.0] * (C - len(r["old_logps"])) for r in rows])
+            if self.config.kl_beta > 0:
+                if self.reference is not None:
+                    batch["ref_logps"] = self._completion_logps(self.reference, batch)
+                else:
+                    with reference_context(model):
+                        batch["ref_logps"] = self._completion_logps(model, batch)
+        batch["n_tokens"] = int(batch["attention_mask"].sum())
+        batch["weight"] = float(batch["completion_mask"].sum())
+        return batch
+
+    @staticmethod
+    def _completion_logps(model: Any, batch: dict[str, Any]) -> Any:
+        """(B, C) log-probs of the completion tokens under ``model``."""
+        from training_assets.trainers.modeling import device_of, token_logps
+
+        device = device_of(model)
+        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                       position_ids=batch["position_ids"].to(device), use_cache=False).logits
+        return token_logps(logits, batch["input_ids"].to(device))[:, batch["prompt_len"] - 1:]
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
+        from training_assets.trainers import objectives
+
+        logps = self._completion_logps(model, batch)
+        dev = logps.device
+        mask = batch["completion_mask"].to(dev)
+        if float(mask.sum()) == 0:
+            return logps.sum() * 0.0, 0.0
+        old = batch["old_logps"].to(dev) if "old_logps" in batch else logps.detach()
+        loss = objectives.grpo_surrogate(
+            logps, old, batch["advantages"].to(dev), mask,
+            ref_logps=batch["ref_logps"].to(dev) if "ref_logps" in batch else None, beta=self.config.kl_beta,
+            epsilon_low=self.config.epsilon_low, epsilon_high=self.config.epsilon_high,
+            loss_type=self.config.grpo_loss_type, backend=self.config.kernel_backend)
+        return loss, float(mask.sum())

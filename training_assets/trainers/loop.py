@@ -1,0 +1,236 @@
+"""``run_loop``: the one training loop every trainer uses.
+
+Per optimizer step: fetch ``grad_accum`` micro-batches, forward under autocast (bf16/fp16; fp16
+adds a GradScaler), backward, clip the global grad norm, step the optimizer and the
+transformers scheduler, log loss / tokens/s / ETA, checkpoint every ``save_steps``.
+
+Loss normalisation: each micro-batch returns ``(mean loss, weight)`` where weight is what the
+mean was taken over (loss tokens for CE, sequences for DPO). The step loss is
+``Σ_i w_i·loss_i / Σ_i w_i`` over every micro-batch of the step on every process, so the
+gradient does not depend on how the global batch is split over micro-batches or processes
+(``grad_accum=2`` ≡ a batch twice as large; two processes ≡ one with the same global batch).
+
+Data order is a function of ``(seed, epoch)`` only and the position is a micro-batch counter,
+so resuming needs no replay: restore weights, optimizer, scheduler, scaler and RNG states and
+continue at the saved position — on CPU the loss trajectory is bit-identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from training_assets.trainers import checkpoints
+from training_assets.trainers.base import TrainConfig
+
+log = logging.getLogger("training_assets.trainers")
+
+# (model, micro-batch) -> (mean loss tensor, weight the mean is over)
+LossFn = Callable[[Any, dict[str, Any]], tuple[Any, float]]
+# (indices into the examples, model) -> micro-batch dict with "n_tokens" and "weight"
+CollateFn = Callable[[Sequence[int], Any], dict[str, Any]]
+StepCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class LoopResult:
+    steps: int
+    losses: list[float]
+    final_loss: float
+    tokens: int
+    tokens_per_s: float
+    wall_s: float
+    peak_rss_mb: float
+    peak_gpu_mb: float | None
+    resumed_from: str | None
+    last_checkpoint: str | None
+    lrs: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class DataSchedule:
+    """Which examples each micro-batch holds: a per-epoch permutation seeded by ``(seed, epoch)``.
+
+    Global micro-batch ``g`` of an epoch covers ``perm[g·B·W : (g+1)·B·W]`` (B = batch_size,
+    W = processes); process ``r`` takes rows ``[r·B, (r+1)·B)`` of it. With several processes the
+    last partial micro-batch is dropped so every rank gets the same number of rows.
+    """
+
+    def __init__(self, n_examples: int, batch_size: int, seed: int, world_size: int = 1, rank: int = 0,
+                 shuffle: bool = True) -> None:
+        if n_examples <= 0:
+            raise ValueError("DataSchedule: no examples to train on")
+        self.n, self.batch_size, self.seed, self.world, self.rank, self.shuffle = n_examples, batch_size, seed, world_size, rank, shuffle
+        global_batch = batch_size * world_size
+        self.per_epoch = math.ceil(n_examples / global_batch) if world_size == 1 else n_examples // global_batch
+        if self.per_epoch == 0:
+            raise ValueError(f"{n_examples} examples cannot fill one global batch of {global_batch} over {world_size} processes")
+
+    def indices(self, position: int) -> list[int]:
+        epoch, g = divmod(position, self.per_epoch)
+        order = (np.random.default_rng([self.seed, epoch]).permutation(self.n) if self.shuffle else np.arange(self.n))
+        start = g * self.batch_size * self.world + self.rank * self.batch_size
+        return [int(i) for i in order[start:start + self.batch_size]]
+
+
+def build_optimizer(params: list[Any], config: TrainConfig) -> Any:
+    import torch
+
+    if config.kernel_backend == "numba":
+        from training_assets.trainers.numba_ops import NumbaAdamW
+
+        return NumbaAdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
+    # fused: one kernel over all tensors (on CPU too), about memory bandwidth; same AdamW math
+    return torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay, fused=True)
+
+
+def _autocast(config: TrainConfig, device_type: str) -> contextlib.AbstractContextManager:
+    import torch
+
+    if config.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if config.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, config: TrainConfig, *,
+             accelerator: Any = None, callbacks: Sequence[StepCallback] = (), planned_steps: int | None = None,
+             shuffle: bool = True) -> LoopResult:
+    """Train ``model`` in place; returns the loss trajectory and throughput.
+
+    ``accelerator`` (an ``accelerate.Accelerator``) turns on multi-process training: the model is
+    wrapped by ``accelerator.prepare`` (DDP/FSDP/DeepSpeed per its config) and each process takes
+    its slice of every global micro-batch.
+    """
+    import torch
+    from transformers import get_scheduler
+
+    if config.torch_threads > 0:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    world = accelerator.num_processes if accelerator is not None else 1
+    rank = accelerator.process_index if accelerator is not None else 0
+    is_main = rank == 0
+    schedule = DataSchedule(n_examples, config.batch_size, config.seed, world, rank, shuffle)
+    total_steps = planned_steps or (config.max_steps if config.max_steps > 0
+                                    else math.ceil(schedule.per_epoch / config.grad_accum) * config.epochs)
+    if config.gradient_checkpointing:
+        # transformers 5 name (activation_checkpointing_enable); non-reentrant works with frozen LoRA bases
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if config.lora is not None:
+            model.enable_input_require_grads()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters (all requires_grad=False)")
+    optimizer = build_optimizer(params, config)
+    if accelerator is not None:
+        model, optimizer = accelerator.prepare(model, optimizer)
+    raw_model = accelerator.unwrap_model(model) if accelerator is not None else model
+    scheduler = get_scheduler(config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps,
+                              num_training_steps=total_steps)
+    device_type = "cuda" if next(raw_model.parameters()).is_cuda else "cpu"
+    scaler = torch.amp.GradScaler(device_type) if config.precision == "fp16" else None
+
+    step, position, losses, resumed_from = 0, 0, [], None
+    resume = checkpoints.resolve_resume(config.resume_from, config.output_dir)
+    if resume is not None:
+        restored = checkpoints.load_checkpoint(resume, raw_model, optimizer, scheduler, scaler)
+        step, position, losses = restored["step"], restored["data_position"], list(restored["losses"])
+        resumed_from = str(resume)
+        log.info("resumed from %s at step %d (data position %d)", resume, step, position)
+
+    model.train()
+    t0 = time.perf_counter()
+    tokens = 0
+    lrs: list[float] = []
+    last_checkpoint = None
+    while step < total_steps:
+        micro = []
+        for _ in range(config.grad_accum):
+            micro.append(collate(schedule.indices(position), raw_model))
+            position += 1
+        weight_total = torch.tensor(float(sum(b["weight"] for b in micro)))
+        if accelerator is not None and world > 1:
+            weight_total = accelerator.reduce(weight_total, reduction="sum")
+        step_loss = torch.zeros(())
+        for i, batch in enumerate(micro):
+            sync = i == len(micro) - 1 or accelerator is None
+            ctx = accelerator.no_sync(model) if not sync else contextlib.nullcontext()
+            with ctx:
+                with _autocast(config, device_type):
+                    loss, weight = loss_fn(model, batch)
+                # DDP averages gradients over processes; scale by world so the sum matches one process.
+                scaled = loss.float() * (weight / max(weight_total.item(), 1e-12)) * world
+                if scaler is not None:
+                    scaled = scaler.scale(scaled)
+                if accelerator is not None:
+                    accelerator.backward(scaled)
+                else:
+                    scaled.backward()
+            step_loss += loss.detach().float() * weight / max(weight_total.item(), 1e-12)
+            tokens += int(batch["n_tokens"])
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if config.max_grad_norm > 0:
+            if accelerator is not None:
+                accelerator.clip_grad_norm_(params, config.max_grad_norm)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        lrs.append(scheduler.get_last_lr()[0])
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if accelerator is not None and world > 1:
+            step_loss = accelerator.reduce(step_loss, reduction="sum")
+        step += 1
+        value = float(step_loss)
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss became {value} at step {step}; lower lr (now {config.lr}) or use fp32/bf16")
+        losses.append(value)
+        elapsed = time.perf_counter() - t0
+        metrics = {"loss": value, "lr": lrs[-1], "tokens_per_s": tokens * world / max(elapsed, 1e-9),
+                   "eta_s": elapsed / max(len(lrs), 1) * (total_steps - step)}
+        if is_main and (step % config.log_steps == 0 or step == total_steps):
+            log.info("step %d/%d loss %.4f lr %.2e %.0f tok/s eta %.0fs", step, total_steps, value, metrics["lr"],
+                     metrics["tokens_per_s"], metrics["eta_s"])
+            for callback in callbacks:
+                callback(step, metrics)
+        if config.save_steps > 0 and step % config.save_steps == 0 and step < total_steps:
+            last_checkpoint = _save(accelerator, is_main, config, step, raw_model, optimizer, scheduler, scaler, position, losses)
+    wall = time.perf_counter() - t0
+    if config.save_steps > 0 or config.resume_from is not None:
+        last_checkpoint = _save(accelerator, is_main, config, step, raw_model, optimizer, scheduler, scaler, position, losses)
+    peak_gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    return LoopResult(steps=step, losses=losses, final_loss=losses[-1] if losses else float("nan"), tokens=tokens * world,
+                      tokens_per_s=tokens * world / max(wall, 1e-9), wall_s=wall, peak_rss_mb=peak_rss_mb(),
+                      peak_gpu_mb=peak_gpu, resumed_from=resumed_from, last_checkpoint=last_checkpoint, lrs=lrs)
+
+
+def _save(accelerator: Any, is_main: bool, config: TrainConfig, step: int, model: Any, optimizer: Any, scheduler: Any,
+          scaler: Any, position: int, losses: list[float]) -> str | None:
+    path = None
+    if is_main:
+        path = str(checkpoints.save_checkpoint(config.output_dir, step, model, optimizer, scheduler, scaler, position,
+                                               losses, config.to_dict(), config.save_total_limit))
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    return path

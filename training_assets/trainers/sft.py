@@ -1,0 +1,141 @@
+"""Supervised fine-tuning with assistant-only loss, optionally packed.
+
+Examples are ``sft_dataset`` rows (``input_ids`` + ``assistant_mask``, 1 = trained on) or raw
+``{"messages": [...]}`` which are tokenised with the tokenizer's chat template
+(``return_assistant_tokens_mask=True``: the template's ``{% generation %}`` blocks). Only
+assistant tokens carry a label; prompts, tool results and padding are -100.
+
+Packing (``TrainConfig.packing``) fills rows of ``max_seq_len`` greedily in dataset order; each
+example keeps its own position ids (restarting at 0) and a block-diagonal attention mask, so
+packing changes speed (no pad tokens), not the loss.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from training_assets.trainers.base import Plan, TrainerBase, make_plan
+
+
+def pack_lengths(lengths: list[int], max_len: int) -> list[list[int]]:
+    """Greedy first-fit in order: indices of the examples in each packed row (pure, used by plan too)."""
+    rows: list[list[int]] = []
+    used = 0
+    for i, n in enumerate(lengths):
+        n = min(n, max_len)
+        if not rows or used + n > max_len:
+            rows.append([])
+            used = 0
+        rows[-1].append(i)
+        used += n
+    return rows
+
+
+def encode_messages(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """``(input_ids, assistant_mask)`` through the chat template's generation markers."""
+    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    if not any(mask):
+        raise ValueError("chat template marked no assistant tokens: it needs {% generation %} blocks "
+                         "(the project tokenizer has them; see tokenizer_trainer)")
+    return ids, mask
+
+
+def encode_completion(tokenizer: Any, prompt: list[dict[str, Any]], completion: list[dict[str, Any]],
+                      max_len: int) -> tuple[list[int], list[int], int] | None:
+    """``(input_ids, completion_mask, prompt_len)`` for prompt + completion messages, or None if nothing to train.
+
+    The completion mask is the template's assistant mask restricted to tokens after the prompt
+    (tool results inside the completion are not trained on). The prompt's own tokenisation must
+    be a prefix of the full one — true for templates that close every turn with a special token.
+    """
+    prompt_ids = list(tokenizer.apply_chat_template(prompt, tokenize=True, return_dict=True)["input_ids"]) if prompt else []
+    ids, mask = encode_messages(tokenizer, list(prompt) + list(completion))
+    if ids[: len(prompt_ids)] != prompt_ids:
+        raise ValueError("chat template tokenises the prompt differently inside the full conversation; "
+                         "completion masks would be misaligned (use a template that ends each turn with a special token)")
+    mask = [m if i >= len(prompt_ids) else 0 for i, m in enumerate(mask)]
+    ids, mask = ids[:max_len], mask[:max_len]
+    return (ids, mask, len(prompt_ids)) if any(mask) else None
+
+
+class SFTTrainer(TrainerBase):
+    kind = "sft"
+
+    def example_tokens(self, example: dict[str, Any]) -> int:
+        if "n_tokens" in example:
+            return int(example["n_tokens"])
+        if "input_ids" in example:
+            return len(example["input_ids"])
+        return sum(len(str(m.get("content") or "")) for m in _messages(example)) // 4  # rough: ~4 chars per token
+
+    def plan(self, examples: list[dict[str, Any]], world_size: int = 1) -> Plan:
+        if not self.config.packing:
+            return super().plan(examples, world_size)
+        examples = list(examples)
+        lengths = [self.example_tokens(e) for e in examples]
+        packed = pack_lengths(lengths, self.config.max_seq_len)
+        vocab = len(self.tokenizer) if self.tokenizer is not None else None
+        mean = sum(min(n, self.config.max_seq_len) for n in lengths) / max(len(packed), 1)
+        plan = make_plan(self.kind, self.config, len(packed), mean, vocab, world_size)
+        plan.notes.append(f"packing: {len(examples)} examples into {len(packed)} rows of ≤ {self.config.max_seq_len} tokens")
+        return plan
+
+    def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
+        encoded = []
+        for e in examples:
+            if "input_ids" in e and "assistant_mask" in e:
+                ids, mask = list(e["input_ids"]), list(e["assistant_mask"])
+            else:
+                ids, mask = encode_messages(tokenizer, _messages(e))
+            ids, mask = ids[: self.config.max_seq_len], mask[: self.config.max_seq_len]
+            encoded.append({"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]})
+        if not self.config.packing:
+            return encoded
+        rows = []
+        for group in pack_lengths([len(e["input_ids"]) for e in encoded], self.config.max_seq_len):
+            row: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": [], "doc_ids": []}
+            for doc, i in enumerate(group):
+                n = len(encoded[i]["input_ids"])
+                row["input_ids"] += encoded[i]["input_ids"]
+                row["labels"] += encoded[i]["labels"]
+                row["position_ids"] += list(range(n))
+                row["doc_ids"] += [doc] * n
+            rows.append(row)
+        return rows
+
+    def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
+        from training_assets.trainers.modeling import IGNORE_INDEX, pad_rows
+
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        batch: dict[str, Any] = {"input_ids": pad_rows([r["input_ids"] for r in rows], pad_id),
+                                 "labels": pad_rows([r["labels"] for r in rows], IGNORE_INDEX)}
+        if self.config.packing:
+            batch["position_ids"] = pad_rows([r["position_ids"] for r in rows], 0)
+            batch["doc_ids"] = pad_rows([r["doc_ids"] for r in rows], -1)
+            batch["n_tokens"] = int((batch["doc_ids"] >= 0).sum())
+        else:
+            batch["attention_mask"] = pad_rows([[1] * len(r["input_ids"]) for r in rows], 0)
+            batch["n_tokens"] = int(batch["attention_mask"].sum())
+        batch["weight"] = float((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+        return batch
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
+        from training_assets.trainers.modeling import shifted_ce
+
+        return shifted_ce(model, batch, self.config.kernel_backend)
+
+
+def _messages(example: dict[str, Any]) -> list[dict[str, Any]]:
+    return as_messages(example["messages"])
+
+
+def as_messages(value: Any) -> list[dict[str, Any]]:
+    """Messages from JSON text or a list; plain text becomes one assistant turn."""
+    if isinstance(value, str):
+        stripped = value.lstrip()
+        if stripped.startswith("["):
+            return json.loads(stripped)
+        return [{"role": "assistant", "content": value}]
+    return [dict(m) for m in value]
