@@ -33,7 +33,7 @@ from typing import Any
 
 from training_assets.deploy import Deployment, DeploymentError, DeploymentTarget, deploy, undo_deploy
 from training_assets.storage import canonical_json, fingerprint, write_json_atomic
-from training_assets.trainers.eval_hooks import CheckpointDirs, resolve_checkpoint
+from training_assets.evaluation.loading import CheckpointDirs, resolve_checkpoint
 
 DEFAULT_MODEL_NAME = "agent-model"
 REGISTRY_EXPERIMENT = "model_registry"
