@@ -1,8 +1,9 @@
 """LoRA / DoRA / QLoRA adapters and TIES merging.
 
 * ``LoraSpec`` — the adapter's shape (rank, alpha, dropout, target modules, DoRA, 4-bit base).
-* ``PeftManager`` — wraps a model with PEFT, guards QLoRA (bitsandbytes needs CUDA: on a CPU
-  host it raises, it never silently trains a full-precision base instead), saves and loads.
+* ``PeftManager`` — wraps a model with PEFT (seeded LoRA init), guards QLoRA (bitsandbytes needs
+  CUDA: on a CPU host it raises, it never silently trains a full-precision base instead), and
+  saves adapters with a byte-stable ``adapter_config.json`` (same adapter → same bytes).
 * ``ties_merge`` — TIES-Merging (Yadav et al. 2023, https://arxiv.org/abs/2306.01708) in NumPy:
   trim each task vector to its top-``density`` magnitudes, elect a sign per entry from the summed
   trimmed vectors, then average only the entries that agree with the elected sign ("disjoint
@@ -105,8 +106,15 @@ class PeftManager:
                           target_modules=list(self.spec.target_modules), use_dora=self.spec.use_dora,
                           bias="none", task_type="CAUSAL_LM", **self.extra)
 
-    def wrap(self, model: Any, gradient_checkpointing: bool = False) -> Any:
-        """Return ``model`` with a trainable adapter; only adapter weights require grad."""
+    def wrap(self, model: Any, gradient_checkpointing: bool = False, seed: int = 0) -> Any:
+        """Return ``model`` with a trainable adapter; only adapter weights require grad.
+
+        PEFT draws the ``lora_A`` factors at random (Kaiming-uniform; ``lora_B`` starts at 0). The
+        draw is seeded with ``seed`` inside a forked RNG: torch seeds its default generator
+        randomly at start-up, so an unseeded draw gave every process a different adapter, and the
+        caller's RNG streams are left as they were.
+        """
+        import torch
         from peft import get_peft_model, prepare_model_for_kbit_training
 
         if self.spec.quant_4bit:
@@ -116,7 +124,42 @@ class PeftManager:
         if missing:
             raise ValueError(f"LoraSpec.target_modules {missing} match no module of {type(model).__name__}; "
                              f"pick names from its Linear layers (e.g. q_proj, v_proj)")
-        return get_peft_model(model, self.lora_config(), adapter_name=self.adapter_name)
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+            torch.manual_seed(seed)
+            return get_peft_model(model, self.lora_config(), adapter_name=self.adapter_name)
+
+    @staticmethod
+    def save(model: Any, output_dir: str | Path) -> None:
+        """``model.save_pretrained`` into ``output_dir``, with byte-stable ``adapter_config.json`` files."""
+        model.save_pretrained(str(output_dir), safe_serialization=True)
+        for config_path in sorted(Path(output_dir).rglob(ADAPTER_CONFIG)):  # one per adapter (named ones in subdirs)
+            write_adapter_config(config_path.parent, json.loads(config_path.read_text()))
+
+
+# PEFT keeps these as Python sets and writes them as ``list(the set)``.
+SET_VALUED_FIELDS = ("target_modules", "exclude_modules")
+
+
+def canonical_adapter_config(config: dict[str, Any]) -> dict[str, Any]:
+    """An adapter config whose JSON is the same bytes in every process.
+
+    PEFT stores ``target_modules`` as a set and saves it in set iteration order, which follows
+    Python's string hashing, salted per process (``PYTHONHASHSEED``): the same adapter got a
+    different ``adapter_config.json`` — and a different data version — on every run. Sorting the
+    names changes nothing for PEFT, which reads them back into a set.
+    """
+    out = dict(config)
+    for key in SET_VALUED_FIELDS:
+        if isinstance(out.get(key), list):
+            out[key] = sorted(out[key])
+    return out
+
+
+def write_adapter_config(adapter_dir: str | Path, config: dict[str, Any]) -> Path:
+    """Write ``<adapter_dir>/adapter_config.json`` canonically (sorted keys and module names)."""
+    path = Path(adapter_dir) / ADAPTER_CONFIG
+    path.write_text(json.dumps(canonical_adapter_config(config), indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def load_adapter(base_model_dir: str | Path, adapter_dir: str | Path, **kwargs: Any) -> Any:
@@ -235,6 +278,6 @@ def merge_lora_adapters(adapter_dirs: Sequence[str | Path], output_dir: str | Pa
     config["use_dora"] = False
     with atomic_dir(output_dir) as tmp:
         save_file(merged, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-        (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_adapter_config(tmp, config)
     return {"tensors": len(merged), "rank": config["r"], "density": density, "weights": weights,
             "nonzero_fraction": kept / max(total, 1), "adapters": [str(d) for d in dirs], "output_dir": str(output_dir)}

@@ -94,3 +94,34 @@ def grpo_groups():
     return [{"group_id": str(i), "prompt": json.dumps(user(f"what is {i} plus one?")),
              "completions": [json.dumps(assistant(f"The answer is {i + 1}.")), json.dumps(assistant("no"))],
              "rewards": [1.0, 0.0], "advantages": [0.7071, -0.7071], "expected_answer": str(i + 1)} for i in range(8)]
+
+
+@pytest.fixture(scope="session")
+def write_upstream(tokenizer, windows, sft_examples, preference_pairs, grpo_groups):
+    """``write_upstream(root)``: the assets the trainers read (tokenizer and the four datasets), written
+    under ``root`` through their own libraries; returns ``root``."""
+    import numpy as np
+
+    from training_assets.tokenizer_trainer import tokenizer_dir
+    from training_assets.training_data.io import rows_to_table, windows_to_table, write_dataset
+    from training_assets.trainers.sft import encode_messages
+
+    def write(root):
+        tokenizer.save_pretrained(str(tokenizer_dir(root)))
+        width = max(len(w["input_ids"]) for w in windows)
+        cols = {k: np.array([w[k] + [fill] * (width - len(w[k])) for w in windows], dtype=np.int32)
+                for k, fill in (("input_ids", 0), ("position_ids", 0), ("doc_ids", -1), ("labels", -100))}
+        write_dataset("pretrain_windows", windows_to_table(cols), {"test": 1}, {}, root)
+        sft = []
+        for i, e in enumerate(sft_examples):
+            ids, mask = encode_messages(tokenizer, e["messages"])
+            sft.append({"id": str(i), "task_id": "t", "messages": json.dumps(e["messages"]), "input_ids": ids,
+                        "assistant_mask": mask, "n_tokens": len(ids)})
+        write_dataset("sft_dataset", rows_to_table("sft_dataset", sft), {"test": 1}, {}, root)
+        pairs = [{**p, "task_id": "t", "failure_point": 0} for p in preference_pairs]
+        write_dataset("preference_pairs", rows_to_table("preference_pairs", pairs), {"test": 1}, {}, root)
+        groups = [{**g, "task_id": "t", "pass_rate": 0.5} for g in grpo_groups]
+        write_dataset("grpo_groups", rows_to_table("grpo_groups", groups), {"test": 1}, {}, root)
+        return root
+
+    return write

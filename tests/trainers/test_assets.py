@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from training_assets.trainers import jobs
@@ -11,28 +10,9 @@ from training_assets.trainers.checkpoints import load_model_for_eval, read_manif
 
 
 @pytest.fixture
-def upstream(data_root, tokenizer, windows, sft_examples, preference_pairs, grpo_groups):
+def upstream(data_root, write_upstream):
     """The assets the trainers read: tokenizer and the four datasets, written through their own libraries."""
-    from training_assets.tokenizer_trainer import tokenizer_dir
-    from training_assets.training_data.io import rows_to_table, windows_to_table, write_dataset
-    from training_assets.trainers.sft import encode_messages
-
-    tokenizer.save_pretrained(str(tokenizer_dir(data_root)))
-    width = max(len(w["input_ids"]) for w in windows)
-    cols = {k: np.array([w[k] + [fill] * (width - len(w[k])) for w in windows], dtype=np.int32)
-            for k, fill in (("input_ids", 0), ("position_ids", 0), ("doc_ids", -1), ("labels", -100))}
-    write_dataset("pretrain_windows", windows_to_table(cols), {"test": 1}, {}, data_root)
-    sft = []
-    for i, e in enumerate(sft_examples):
-        ids, mask = encode_messages(tokenizer, e["messages"])
-        sft.append({"id": str(i), "task_id": "t", "messages": json.dumps(e["messages"]), "input_ids": ids,
-                    "assistant_mask": mask, "n_tokens": len(ids)})
-    write_dataset("sft_dataset", rows_to_table("sft_dataset", sft), {"test": 1}, {}, data_root)
-    pairs = [{**p, "task_id": "t", "failure_point": 0} for p in preference_pairs]
-    write_dataset("preference_pairs", rows_to_table("preference_pairs", pairs), {"test": 1}, {}, data_root)
-    groups = [{**g, "task_id": "t", "pass_rate": 0.5} for g in grpo_groups]
-    write_dataset("grpo_groups", rows_to_table("grpo_groups", groups), {"test": 1}, {}, data_root)
-    return data_root
+    return write_upstream(data_root)
 
 
 def test_asset_graph_deps_and_tags():

@@ -50,7 +50,7 @@ def apply_liger(model: Any) -> None:
 def attach_lora(model: Any, config: TrainConfig) -> Any:
     if config.lora is None:
         return model
-    return PeftManager(config.lora).wrap(model, gradient_checkpointing=config.gradient_checkpointing)
+    return PeftManager(config.lora).wrap(model, gradient_checkpointing=config.gradient_checkpointing, seed=config.seed)
 
 
 def device_of(model: Any) -> torch.device:
@@ -151,8 +151,14 @@ def _plain_lm_head(causal_lm: Any) -> bool:
 
 
 def save_final(model: Any, out_dir: Any) -> None:
-    """HF dir, atomically: config.json + model.safetensors (full) or adapter_config.json + adapter_model.safetensors."""
+    """HF dir, atomically: config.json + model.safetensors (full) or adapter_config.json + adapter_model.safetensors.
+
+    Same weights and config give the same bytes (the checkpoint's data version hashes this dir).
+    """
     from training_assets.storage import atomic_dir
 
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
+        if hasattr(model, "peft_config"):
+            PeftManager.save(model, tmp)
+        else:
+            model.save_pretrained(str(tmp), safe_serialization=True)
