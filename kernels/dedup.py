@@ -7,15 +7,16 @@ CSR form: ``(out_offsets int64[N+1], values)``.
 
 Hashes (the reference twins in ``kernels/reference.py`` compute the same bits):
 
-- word hash: FNV-1a 64 over the word's bytes (ASCII upper case folded to lower), then the
-  murmur3 ``fmix64`` finaliser;
+- word hash: the word's bytes (ASCII upper case folded to lower) in big-endian 8-byte chunks,
+  ``h = (h ^ chunk) * M`` from the FNV-1a offset basis, then ``fmix64(h ^ length)`` (murmur3's
+  finaliser);
 - shingle hash of words ``w_i .. w_{i+n-1}``: ``fmix64((...(h(w_i)*P + h(w_{i+1}))*P ...) ^ n)``
   with wrapping 64-bit arithmetic. A document with fewer than ``n`` words has one shingle made
   of all its words; an empty document has none. Words are maximal runs of bytes other than
   ASCII whitespace (the caller's ``normalize`` maps Unicode whitespace to spaces);
-- MinHash permutation ``k``: multiply-shift ``((a_k * x + b_k) mod 2^64) >> 32`` of the 32-bit
-  fold ``x`` of the shingle hash (Dietzfelbinger et al. 1997, "A reliable randomized algorithm
-  for the closest-pair problem"), with random 64-bit ``a_k`` (odd) and ``b_k``;
+- MinHash: one-permutation hashing with optimal densification (``_oph_row``): the shingle
+  hash re-mixed with the seed's salt picks one of ``P`` bins (high 32 bits) and is that bin's
+  candidate minimum (low 32 bits); empty bins borrow along a seeded probe sequence;
 - band key of band ``j``: ``fmix64`` chain over the band's ``r`` signature values, seeded by ``j``.
 
 Every kernel is deterministic: parallel loops write disjoint slices, never reduce across threads.
@@ -28,11 +29,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-HASH_VERSION = 1  # bump when any hash below changes: stored signatures then count as stale
+HASH_VERSION = 2  # bump when any hash below changes: stored signatures then count as stale
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-FNV_PRIME = np.uint64(0x100000001B3)
+WORD_MULT = np.uint64(0xC2B2AE3D27D4EB4F)  # odd 64-bit multiplier (xxHash's PRIME64_2)
 SHINGLE_PRIME = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio odd constant: the polynomial base
 EMPTY_MINHASH = np.uint32(0xFFFFFFFF)
+EMPTY_BIN = np.uint64(1 << 32)  # above every 32-bit bin value: no shingle fell in this bin
 
 
 @njit(cache=True, inline="always")
@@ -46,47 +48,64 @@ def fmix64(h):
     return h
 
 
-@njit(cache=True, inline="always")
-def _is_space(c):
-    return c == 32 or (9 <= c <= 13)
+def _byte_classes():
+    """Per byte value: the byte with ASCII upper case folded to lower, or SPACE for ASCII whitespace."""
+    table = np.arange(256, dtype=np.uint64)
+    table[65:91] += np.uint64(32)  # ASCII case folding: "The" and "the" are one word
+    table[[9, 10, 11, 12, 13, 32]] = SPACE
+    return table
+
+
+SPACE = np.uint64(256)
+BYTE_CLASS = _byte_classes()
 
 
 @njit(cache=True)
 def _count_words(data, start, end):
+    """Number of words: the non-space bytes that follow a space (or the start). Branch-free, so
+    LLVM vectorises it."""
     n = 0
-    inside = False
+    prev_space = 1
     for p in range(start, end):
-        if _is_space(data[p]):
-            inside = False
-        elif not inside:
-            inside = True
-            n += 1
+        c = np.int64(data[p])
+        space = np.int64(c == 32) | np.int64(np.uint64(c - 9) < np.uint64(5))
+        n += prev_space & (1 - space)
+        prev_space = space
     return n
 
 
 @njit(cache=True)
 def _word_hashes(data, start, end, out):
-    """Fill ``out`` with the hash of each word of ``data[start:end]``; returns the word count."""
+    """Fill ``out`` with the hash of each word of ``data[start:end]``; returns the word count.
+
+    The word's (case-folded) bytes are packed eight at a time, big-endian, into a 64-bit chunk,
+    and each chunk is mixed in with one multiply, ``h = (h ^ chunk) * M``: one multiply per
+    eight bytes instead of one per byte (FNV-1a). Then ``fmix64(h ^ length)``. Words of up to
+    eight bytes never collide (every step is a bijection).
+    """
     n = 0
-    inside = False
-    h = FNV_OFFSET
-    for p in range(start, end):
-        c = data[p]
-        if _is_space(c):
-            if inside:
-                out[n] = fmix64(h)
-                n += 1
-                inside = False
-        else:
-            if not inside:
-                inside = True
-                h = FNV_OFFSET
-            if 65 <= c <= 90:  # ASCII case folding: "The" and "the" are one word
-                c += 32
-            h ^= np.uint64(c)
-            h *= FNV_PRIME
-    if inside:
-        out[n] = fmix64(h)
+    p = start
+    while p < end:
+        c = BYTE_CLASS[data[p]]
+        p += 1
+        if c == SPACE:
+            continue
+        h = FNV_OFFSET
+        chunk = c
+        length = 1
+        while p < end:
+            c = BYTE_CLASS[data[p]]
+            if c == SPACE:
+                break
+            p += 1
+            if length & 7 == 0:
+                h = (h ^ chunk) * WORD_MULT
+                chunk = c
+            else:
+                chunk = (chunk << np.uint64(8)) | c
+            length += 1
+        h = (h ^ chunk) * WORD_MULT
+        out[n] = fmix64(h ^ np.uint64(length))
         n += 1
     return n
 
@@ -112,109 +131,171 @@ def _doc_shingles(data, start, end, ngram, n_words, out):
 
 
 @njit(cache=True, parallel=True)
-def shingle_sets(data, starts, ends, ngram):
-    """Sorted unique 64-bit word-``ngram`` shingle hashes of documents ``data[starts[i]:ends[i]]``.
-
-    data: uint8[B], starts/ends: int64[N] -> (out_offsets int64[N+1], hashes uint64[S]).
-    """
-    n_docs = starts.shape[0]
+def _raw_shingles(data, offsets, ngram):
+    """Every document's shingle hashes in text order (repeats kept): (hash_offsets int64[N+1], uint64[S])."""
+    n_docs = offsets.shape[0] - 1
     word_counts = np.empty(n_docs, np.int64)
-    raw_counts = np.empty(n_docs, np.int64)
+    counts = np.empty(n_docs, np.int64)
     for d in prange(n_docs):
-        word_counts[d] = _count_words(data, starts[d], ends[d])
-        raw_counts[d] = _shingle_count(word_counts[d], ngram)
-    raw_offsets = np.zeros(n_docs + 1, np.int64)
-    raw_offsets[1:] = np.cumsum(raw_counts)
-    raw = np.empty(raw_offsets[n_docs], np.uint64)
-    uniq_counts = np.zeros(n_docs, np.int64)
+        word_counts[d] = _count_words(data, offsets[d], offsets[d + 1])
+        counts[d] = _shingle_count(word_counts[d], ngram)
+    hash_offsets = np.zeros(n_docs + 1, np.int64)
+    hash_offsets[1:] = np.cumsum(counts)
+    hashes = np.empty(hash_offsets[n_docs], np.uint64)
     for d in prange(n_docs):
-        count = raw_counts[d]
-        if count == 0:
-            continue
-        block = raw[raw_offsets[d]:raw_offsets[d] + count]
-        _doc_shingles(data, starts[d], ends[d], ngram, word_counts[d], block)
-        block.sort()
-        u = 1
-        for i in range(1, count):
-            if block[i] != block[i - 1]:
-                block[u] = block[i]
-                u += 1
-        uniq_counts[d] = u
-    out_offsets = np.zeros(n_docs + 1, np.int64)
-    out_offsets[1:] = np.cumsum(uniq_counts)
-    # Compact in place, left to right (a destination never passes its source): no second
-    # buffer, which at 1M documents is ~1.3 GB saved.
-    for d in range(n_docs):
-        base = raw_offsets[d]
-        dst = out_offsets[d]
-        if dst != base:
-            for i in range(uniq_counts[d]):
-                raw[dst + i] = raw[base + i]
-    return out_offsets, raw[:out_offsets[n_docs]]
+        if counts[d]:
+            _doc_shingles(data, offsets[d], offsets[d + 1], ngram, word_counts[d],
+                          hashes[hash_offsets[d]:hash_offsets[d + 1]])
+    return hash_offsets, hashes
+
+
+@njit(cache=True)
+def _sort_unique(block, scratch):
+    """Sort ``block`` (uniformly distributed 64-bit hashes) and move its distinct values to the
+    front; returns their count. Counting sort on the top bits (about two values per bucket), then
+    one insertion-sort pass that only fixes the order inside buckets: O(n) for hash values, and
+    several times faster than a comparison sort on blocks of 10^2-10^4 shingles."""
+    n = block.shape[0]
+    if n < 2:
+        return n
+    bits = 1
+    while (np.int64(1) << bits) < n // 2 and bits < 24:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    starts = np.zeros((1 << bits) + 1, np.int64)
+    for i in range(n):
+        starts[(block[i] >> shift) + np.uint64(1)] += 1
+    for b in range(1 << bits):
+        starts[b + 1] += starts[b]
+    for i in range(n):
+        bucket = block[i] >> shift
+        scratch[starts[bucket]] = block[i]
+        starts[bucket] += 1
+    for i in range(1, n):
+        x = scratch[i]
+        j = i - 1
+        while j >= 0 and scratch[j] > x:
+            scratch[j + 1] = scratch[j]
+            j -= 1
+        scratch[j + 1] = x
+    block[0] = scratch[0]
+    u = 1
+    for i in range(1, n):
+        if scratch[i] != scratch[i - 1]:
+            block[u] = scratch[i]
+            u += 1
+    return u
+
+
+@njit(cache=True, parallel=True)
+def sort_unique_blocks(hash_offsets, hashes, docs):
+    """Turn the raw shingle blocks of documents ``docs`` into sorted sets, in place.
+
+    -> ends int64[N]: document ``d``'s set is ``hashes[hash_offsets[d]:ends[d]]`` for every ``d``
+    in ``docs``; the other documents' blocks are left as they were (``ends[d] = hash_offsets[d+1]``).
+    """
+    ends = hash_offsets[1:].copy()
+    for i in prange(docs.shape[0]):
+        d = docs[i]
+        start, stop = hash_offsets[d], hash_offsets[d + 1]
+        ends[d] = start + _sort_unique(hashes[start:stop], np.empty(stop - start, np.uint64))
+    return ends
 
 
 @njit(cache=True)
 def shingle_hashes(data, offsets, ngram):
-    """``shingle_sets`` of every document of a packed corpus (offsets: int64[N+1])."""
-    return shingle_sets(data, offsets[:-1], offsets[1:], ngram)
+    """Sorted unique 64-bit word-``ngram`` shingle hashes of every document of a packed corpus.
+
+    data: uint8[B], offsets: int64[N+1] -> (out_offsets int64[N+1], hashes uint64[S]).
+    """
+    raw_offsets, raw = _raw_shingles(data, offsets, ngram)
+    n_docs = offsets.shape[0] - 1
+    ends = sort_unique_blocks(raw_offsets, raw, np.arange(n_docs))
+    out_offsets = np.zeros(n_docs + 1, np.int64)
+    out_offsets[1:] = np.cumsum(ends - raw_offsets[:-1])
+    # Compact in place, left to right (a destination never passes its source): no second
+    # buffer, which at 1M documents is ~1.3 GB saved.
+    for d in range(n_docs):
+        base, dst = raw_offsets[d], out_offsets[d]
+        if dst != base:
+            for i in range(out_offsets[d + 1] - dst):
+                raw[dst + i] = raw[base + i]
+    return out_offsets, raw[:out_offsets[n_docs]]
 
 
 @njit(cache=True, inline="always")
-def _minhash_update(row, h, perm_a, perm_b):
-    x = (h ^ (h >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
-    for k in range(row.shape[0]):
-        v = (perm_a[k] * x + perm_b[k]) >> np.uint64(32)
-        if v < row[k]:
-            row[k] = v
-
-
-@njit(cache=True, parallel=True)
-def minhash_signatures(hash_offsets, hashes, perm_a, perm_b):
-    """MinHash signature per document: uint32[N, P]; all 0xFFFFFFFF for a document with no shingles.
-
-    ``sig[d, k] = min_x ((a_k * fold32(x) + b_k) mod 2^64) >> 32`` over the document's shingles x.
-    P(sig[d1,k] == sig[d2,k]) approximates the Jaccard similarity of the two shingle sets
-    (Broder 1997, "On the resemblance and containment of documents").
-    """
-    n_docs = hash_offsets.shape[0] - 1
-    n_perm = perm_a.shape[0]
-    sig = np.empty((n_docs, n_perm), np.uint32)
-    for d in prange(n_docs):
-        row = np.full(n_perm, np.uint64(0xFFFFFFFF), np.uint64)
-        for i in range(hash_offsets[d], hash_offsets[d + 1]):
-            _minhash_update(row, hashes[i], perm_a, perm_b)
-        for k in range(n_perm):
-            sig[d, k] = np.uint32(row[k])
-    return sig
-
-
-@njit(cache=True, parallel=True)
-def minhash_from_text(data, offsets, ngram, perm_a, perm_b):
-    """Fused shingling + MinHash, straight from the UTF-8 buffer: (uint32[N, P], n_words int64[N]).
-
-    Equal to ``minhash_signatures(*shingle_hashes(data, offsets, ngram), ...)`` (MinHash ignores
-    order and repeats, so no sort is needed): shingle sets are only materialised later, for the
-    few documents that become LSH candidates.
-    """
-    n_docs = offsets.shape[0] - 1
-    n_perm = perm_a.shape[0]
-    sig = np.empty((n_docs, n_perm), np.uint32)
-    n_words = np.empty(n_docs, np.int64)
-    for d in prange(n_docs):
-        start, end = offsets[d], offsets[d + 1]
-        words = _count_words(data, start, end)
-        n_words[d] = words
-        block = np.empty(_shingle_count(words, ngram), np.uint64)
-        _doc_shingles(data, start, end, ngram, words, block)
-        row = np.full(n_perm, np.uint64(0xFFFFFFFF), np.uint64)
-        for i in range(block.shape[0]):
-            _minhash_update(row, block[i], perm_a, perm_b)
-        for k in range(n_perm):
-            sig[d, k] = np.uint32(row[k])
-    return sig, n_words
+def _bin_of(x, n_bins):
+    return (x >> np.uint64(32)) * np.uint64(n_bins) >> np.uint64(32)
 
 
 @njit(cache=True)
+def _oph_row(block, salt, out):
+    """One-permutation MinHash of one document's shingle hashes into ``out`` (uint32[P]).
+
+    Each shingle hash ``x`` is re-mixed with the seed, ``y = fmix64(x ^ salt)``; the high 32 bits
+    of ``y`` pick one of ``P`` bins, the low 32 bits are the value, and each bin keeps its minimum
+    (Li, Owen & Zhang 2012, "One permutation hashing", NeurIPS). An empty bin ``k`` borrows the
+    value of the first non-empty bin along its own probe sequence
+    ``bin(fmix64(salt + (k + 1) * P + t))``, t = 1, 2, ... (optimal densification, Shrivastava
+    2017, "Optimal densification for fast and accurate minwise hashing", ICML): two documents
+    then agree on every bin, empty or not, with probability equal to their Jaccard similarity,
+    as with ``P`` independent permutations, for one hash per shingle instead of ``P``.
+    A document without shingles gets all 0xFFFFFFFF.
+    """
+    n_bins = out.shape[0]
+    if block.shape[0] == 0:
+        for k in range(n_bins):
+            out[k] = EMPTY_MINHASH
+        return
+    row = np.full(n_bins, EMPTY_BIN, np.uint64)
+    for i in range(block.shape[0]):
+        y = fmix64(block[i] ^ salt)
+        b = _bin_of(y, n_bins)
+        v = y & np.uint64(0xFFFFFFFF)
+        if v < row[b]:
+            row[b] = v
+    for k in range(n_bins):
+        src = row[k]
+        attempt = np.uint64(0)
+        while src == EMPTY_BIN:
+            attempt += np.uint64(1)
+            src = row[_bin_of(fmix64(salt + np.uint64(k + 1) * SHINGLE_PRIME + attempt), n_bins)]
+        out[k] = np.uint32(src)
+
+
+@njit(cache=True, parallel=True)
+def minhash_signatures(hash_offsets, hashes, n_bins, salt):
+    """MinHash signature per document (one-permutation hashing, see ``_oph_row``): uint32[N, P].
+
+    P(sig[d1, k] == sig[d2, k]) equals the Jaccard similarity of the two shingle sets (Broder
+    1997, "On the resemblance and containment of documents"); order and repeats do not matter.
+    ``salt`` (uint64) derives from the seed: ``oph_salt(seed)``.
+    """
+    n_docs = hash_offsets.shape[0] - 1
+    sig = np.empty((n_docs, n_bins), np.uint32)
+    for d in prange(n_docs):
+        _oph_row(hashes[hash_offsets[d]:hash_offsets[d + 1]], salt, sig[d])
+    return sig
+
+
+@njit(cache=True)
+def shingle_signatures(data, offsets, ngram, n_bins, salt):
+    """Shingling and MinHash in one pass over the UTF-8 buffer, each shingle hashed once.
+
+    -> (hash_offsets int64[N+1], raw shingle hashes uint64[S] in text order, signatures
+    uint32[N, P]). The raw blocks are kept for verification: ``sort_unique_blocks`` turns only
+    the candidate documents' blocks into sorted sets.
+    """
+    hash_offsets, hashes = _raw_shingles(data, offsets, ngram)
+    return hash_offsets, hashes, minhash_signatures(hash_offsets, hashes, n_bins, salt)
+
+
+def oph_salt(seed):
+    """The uint64 salt of the one-permutation hash for an integer seed."""
+    return np.uint64(fmix64(np.uint64(seed % (1 << 64)) ^ SHINGLE_PRIME))
+
+
+@njit(cache=True, parallel=True)
 def band_keys(signatures, bands, rows):
     """LSH band keys: uint64[N, bands]; two documents share bucket ``j`` iff rows ``j*r..j*r+r-1`` agree.
 
@@ -222,7 +303,7 @@ def band_keys(signatures, bands, rows):
     """
     n_docs = signatures.shape[0]
     keys = np.empty((n_docs, bands), np.uint64)
-    for d in range(n_docs):
+    for d in prange(n_docs):
         for j in range(bands):
             h = fmix64(np.uint64(j) + SHINGLE_PRIME)
             for i in range(j * rows, (j + 1) * rows):
@@ -231,89 +312,207 @@ def band_keys(signatures, bands, rows):
     return keys
 
 
-@njit(cache=True)
-def bucket_pairs(sorted_keys, order):
-    """All pairs of documents sharing a key: int64[M, 2] with ``a < b``; a pair may repeat when it
-    shares several buckets with different members.
+@njit(cache=True, parallel=True)
+def lsh_candidates(keys, nonempty):
+    """Candidate pairs from LSH band keys: every pair of non-empty documents that share a key in
+    some band, once: int64[M, 2] with ``a < b``, sorted.
 
-    sorted_keys: uint64[K] (sorted), order: int64[K] document index of each key, ascending
-    within equal keys. A bucket whose member list repeats one already seen (the same cluster
-    colliding in many bands) is emitted once: near-identical groups would otherwise give each of
-    their pairs once per band.
+    keys: uint64[N, bands] (``band_keys``), nonempty: bool[N]. Per band, the documents are
+    grouped by key with a counting sort on the keys' top bits (keys are uniform hashes: about
+    eight documents per top-bits value, so this is O(N) where a comparison sort of 64-bit keys is
+    O(N log N)) and an insertion sort by full key inside each top-bits group; runs of equal keys
+    are buckets. Then, for each document ``a``, the members ``b > a`` of its buckets are
+    collected with a "last seen by" mark per document, so a pair shared by many bands costs one
+    visit per band and no pair list is ever sorted or deduplicated.
+    Cost: O(bands * N + sum over buckets of size^2).
     """
-    n = sorted_keys.shape[0]
-    starts = np.empty(n, np.int64)
-    ends = np.empty(n, np.int64)
-    member_hash = np.empty(n, np.uint64)
-    runs = 0
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and sorted_keys[j] == sorted_keys[i]:
-            j += 1
-        if j - i >= 2:
-            h = fmix64(np.uint64(j - i))
-            for x in range(i, j):
-                h = fmix64(h ^ np.uint64(order[x]))
-            starts[runs], ends[runs], member_hash[runs] = i, j, h
-            runs += 1
-        i = j
-    by_members = np.argsort(member_hash[:runs], kind="mergesort")
-    keep = np.ones(runs, np.bool_)
-    for r in range(1, runs):
-        a, b = by_members[r - 1], by_members[r]
-        if member_hash[a] == member_hash[b] and ends[a] - starts[a] == ends[b] - starts[b]:
-            same = True
-            for x in range(ends[a] - starts[a]):
-                if order[starts[a] + x] != order[starts[b] + x]:
-                    same = False
-                    break
-            if same:
-                keep[b] = False
+    n_docs, bands = keys.shape
+    docs = np.nonzero(nonempty)[0]
+    n_keys = docs.shape[0]
+    if n_keys >= 2**31:
+        raise ValueError("lsh_candidates: more than 2^31 - 1 documents; split the corpus into partitions")
+    bits = 1  # about eight documents per top-bits group: the counts stay cache-sized
+    while (np.int64(8) << bits) < n_keys and bits < 24:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    # Per band j: members[j] lists the documents grouped by key; a document in a bucket of two
+    # or more has that bucket's range in members[j] as [bucket_start, bucket_end), else -1.
+    members = np.empty((bands, n_keys), np.int64)
+    bucket_start = np.full((n_docs, bands), -1, np.int32)  # int32: half the memory at 10^6 docs
+    bucket_end = np.full((n_docs, bands), -1, np.int32)
+    for j in prange(bands):
+        column = np.empty(n_keys, np.uint64)
+        for x in range(n_keys):
+            column[x] = keys[docs[x], j]
+        group = np.zeros((1 << bits) + 1, np.int64)
+        for x in range(n_keys):
+            group[(column[x] >> shift) + np.uint64(1)] += 1
+        for g in range(1 << bits):
+            group[g + 1] += group[g]
+        fill = group[:-1].copy()
+        sorted_keys = np.empty(n_keys, np.uint64)
+        for x in range(n_keys):
+            g = column[x] >> shift
+            sorted_keys[fill[g]] = column[x]
+            members[j, fill[g]] = docs[x]
+            fill[g] += 1
+        for g in range(1 << bits):
+            lo, hi = group[g], group[g + 1]
+            if hi - lo < 2:
+                continue
+            for x in range(lo + 1, hi):  # insertion sort by full key inside the group
+                key, doc = sorted_keys[x], members[j, x]
+                y = x - 1
+                while y >= lo and sorted_keys[y] > key:
+                    sorted_keys[y + 1] = sorted_keys[y]
+                    members[j, y + 1] = members[j, y]
+                    y -= 1
+                sorted_keys[y + 1] = key
+                members[j, y + 1] = doc
+            i = lo
+            while i < hi:
+                e = i + 1
+                while e < hi and sorted_keys[e] == sorted_keys[i]:
+                    e += 1
+                if e - i >= 2:
+                    for x in range(i, e):
+                        bucket_start[members[j, x], j] = i
+                        bucket_end[members[j, x], j] = e
+                i = e
+    mark = np.full(n_docs, -1, np.int64)
     total = 0
-    for r in range(runs):
-        if keep[r]:
-            m = ends[r] - starts[r]
-            total += m * (m - 1) // 2
-    pairs = np.empty((total, 2), np.int64)
+    for a in range(n_docs):
+        for j in range(bands):
+            for x in range(bucket_start[a, j], bucket_end[a, j]):
+                b = members[j, x]
+                if b > a and mark[b] != a:
+                    mark[b] = a
+                    total += 1
+    first_doc = np.empty(total, np.int64)
+    second_doc = np.empty(total, np.int64)
+    mark[:] = -1
     p = 0
-    for r in range(runs):
-        if not keep[r]:
-            continue
-        for x in range(starts[r], ends[r]):
-            for y in range(x + 1, ends[r]):
-                a, b = order[x], order[y]
-                if a == b:
-                    continue
-                pairs[p, 0] = min(a, b)
-                pairs[p, 1] = max(a, b)
-                p += 1
-    return pairs[:p]
+    for a in range(n_docs):
+        first = p
+        for j in range(bands):
+            for x in range(bucket_start[a, j], bucket_end[a, j]):
+                b = members[j, x]
+                if b > a and mark[b] != a:
+                    mark[b] = a
+                    first_doc[p] = a
+                    second_doc[p] = b
+                    p += 1
+        second_doc[first:p].sort()
+    pairs = np.empty((total, 2), np.int64)
+    pairs[:, 0] = first_doc
+    pairs[:, 1] = second_doc
+    return pairs
 
 
 @njit(cache=True, parallel=True)
-def jaccard_pairs(pairs, hash_offsets, hashes):
-    """Exact Jaccard of the sorted unique shingle sets of each pair: float64[M] (0 for two empty sets)."""
+def jaccard_pairs(pairs, starts, ends, hashes, floor):
+    """Jaccard similarity of the sets ``hashes[starts[d]:ends[d]]`` (distinct values) of each
+    pair: float64[M]; exact whenever it is >= ``floor``, otherwise some value < ``floor`` (0 for
+    two empty sets).
+
+    For each run of pairs with the same first document ``a`` (pairs sorted by ``a`` make one run
+    per document), ``a``'s set goes into an open-addressing table (linear probing on the top bits
+    of the uniform hash, load <= 1/4); each partner ``b`` then probes its values. Probes are
+    independent loads, so they pipeline, unlike a sorted merge whose every step waits on an
+    unpredictable branch; and a run of ``k`` partners builds the table once. A partner stops as
+    soon as it cannot reach ``floor``: |A & B| <= |B| - (values of B already missed), and the
+    value returned then is that bound, J <= m / (|A| + |B| - m) < floor. ``floor = 0`` computes
+    every Jaccard exactly.
+    """
     n = pairs.shape[0]
     out = np.zeros(n, np.float64)
-    for p in prange(n):
-        a, b = pairs[p, 0], pairs[p, 1]
-        i, i_end = hash_offsets[a], hash_offsets[a + 1]
-        j, j_end = hash_offsets[b], hash_offsets[b + 1]
-        union = (i_end - i) + (j_end - j)
-        inter = 0
-        while i < i_end and j < j_end:
-            if hashes[i] == hashes[j]:
-                inter += 1
-                i += 1
-                j += 1
-            elif hashes[i] < hashes[j]:
-                i += 1
-            else:
-                j += 1
-        union -= inter
-        out[p] = inter / union if union > 0 else 0.0
+    if n == 0:
+        return out
+    run_starts = [0]
+    for p in range(1, n):
+        if pairs[p, 0] != pairs[p - 1, 0]:
+            run_starts.append(p)
+    run_starts.append(n)
+    n_runs = len(run_starts) - 1
+    runs = np.array(run_starts, np.int64)
+    # static chunks (enough to balance a few threads): one table per chunk, allocated and
+    # zeroed once for the chunk's largest set, reused by its runs; results do not depend on it
+    n_chunks = min(n_runs, 16)
+    for c in prange(n_chunks):
+        r0, r1 = c * n_runs // n_chunks, (c + 1) * n_runs // n_chunks
+        largest = 1
+        for r in range(r0, r1):
+            a = pairs[runs[r], 0]
+            largest = max(largest, ends[a] - starts[a])
+        table = np.zeros(_table_size(largest), np.uint64)
+        for r in range(r0, r1):
+            a = pairs[runs[r], 0]
+            size_a = ends[a] - starts[a]
+            slots = _table_size(size_a)
+            mask = np.uint64(slots - 1)
+            shift = np.uint64(64 - _log2(slots))
+            has_zero = False  # 0 marks an empty slot, so a hash equal to 0 is kept aside
+            for i in range(starts[a], ends[a]):
+                x = hashes[i]
+                if x == 0:
+                    has_zero = True
+                    continue
+                slot = x >> shift
+                while table[slot] != 0:
+                    slot = (slot + np.uint64(1)) & mask
+                table[slot] = x
+            for p in range(runs[r], runs[r + 1]):
+                b = pairs[p, 1]
+                size_b = ends[b] - starts[b]
+                total = size_a + size_b
+                if total == 0:
+                    continue
+                # the smallest intersection that reaches the floor, I / (total - I) >= floor,
+                # found with the same float expression as the result so the two never disagree
+                need = min(np.int64(floor * total / (1.0 + floor)), total)
+                while need > 0 and (need - 1) / (total - need + 1) >= floor:
+                    need -= 1
+                while need < total and need / (total - need) < floor:
+                    need += 1
+                spare = size_b - need  # misses B can afford
+                misses = 0
+                for t in range(starts[b], ends[b]):
+                    y = hashes[t]
+                    if y == 0:
+                        found = has_zero
+                    else:
+                        slot = y >> shift
+                        while table[slot] != y and table[slot] != 0:
+                            slot = (slot + np.uint64(1)) & mask
+                        found = table[slot] == y
+                    if not found:
+                        misses += 1
+                        if misses > spare:
+                            break
+                best = min(size_a, size_b - misses)
+                out[p] = best / (total - best)
+            # Empty the table for the next run in O(|A|): walking from each value's home slot
+            # to the end of its cluster zeroes every occupied slot (all of them hold A's values).
+            for i in range(starts[a], ends[a]):
+                slot = hashes[i] >> shift
+                while table[slot] != 0:
+                    table[slot] = 0
+                    slot = (slot + np.uint64(1)) & mask
     return out
+
+
+@njit(cache=True, inline="always")
+def _log2(x):
+    bits = 0
+    while (np.int64(1) << bits) < x:
+        bits += 1
+    return bits
+
+
+@njit(cache=True, inline="always")
+def _table_size(n_values):
+    """Open-addressing table slots for ``n_values``: a power of two >= 4 n (load <= 1/4)."""
+    return np.int64(1) << max(_log2(4 * n_values), 4)
 
 
 @njit(cache=True)

@@ -14,7 +14,7 @@ import numpy as np
 
 MASK64 = (1 << 64) - 1
 FNV_OFFSET = 0xCBF29CE484222325
-FNV_PRIME = 0x100000001B3
+WORD_MULT = 0xC2B2AE3D27D4EB4F
 SHINGLE_PRIME = 0x9E3779B97F4A7C15
 ASCII_WHITESPACE = b" \t\n\v\f\r"
 
@@ -29,10 +29,11 @@ def fmix64(h: int) -> int:
 
 
 def word_hash(word: bytes) -> int:
+    folded = word.lower()  # bytes.lower folds ASCII only, like the kernel
     h = FNV_OFFSET
-    for c in word.lower():  # bytes.lower folds ASCII only, like the kernel
-        h = ((h ^ c) * FNV_PRIME) & MASK64
-    return fmix64(h)
+    for i in range(0, len(folded), 8):
+        h = ((h ^ int.from_bytes(folded[i:i + 8], "big")) * WORD_MULT) & MASK64
+    return fmix64(h ^ len(folded))
 
 
 def words(doc: bytes) -> list[bytes]:
@@ -60,13 +61,34 @@ def shingle_hashes(docs: list[bytes], ngram: int) -> tuple[np.ndarray, np.ndarra
     return offsets, np.array([h for s in sets for h in s], np.uint64)
 
 
-def minhash_signatures(shingle_sets: list[set[int]], perm_a: np.ndarray, perm_b: np.ndarray) -> np.ndarray:
-    sig = np.full((len(shingle_sets), len(perm_a)), 0xFFFFFFFF, np.uint32)
+def oph_salt(seed: int) -> int:
+    return fmix64((seed % (1 << 64)) ^ SHINGLE_PRIME)
+
+
+def minhash_signatures(shingle_sets: list[set[int]], n_bins: int, seed: int) -> np.ndarray:
+    """One-permutation hashing with optimal densification, written from the definition: bin k
+    holds the smallest low-32-bit value among the shingles whose re-mixed hash falls in bin k;
+    an empty bin takes the value of the first non-empty bin on its probe sequence."""
+    salt = oph_salt(seed)
+
+    def bin_of(y: int) -> int:
+        return ((y >> 32) * n_bins) >> 32
+
+    sig = np.full((len(shingle_sets), n_bins), 0xFFFFFFFF, np.uint32)
     for d, shingles in enumerate(shingle_sets):
-        for k, (a, b) in enumerate(zip(perm_a.tolist(), perm_b.tolist(), strict=True)):
-            values = [(((a * ((x ^ (x >> 32)) & 0xFFFFFFFF) + b) & MASK64) >> 32) for x in shingles]
-            if values:
-                sig[d, k] = min(values)
+        if not shingles:
+            continue
+        bins: dict[int, int] = {}
+        for x in shingles:
+            y = fmix64(x ^ salt)
+            bins[bin_of(y)] = min(bins.get(bin_of(y), 1 << 32), y & 0xFFFFFFFF)
+        for k in range(n_bins):
+            attempt = 0
+            src = k
+            while src not in bins:
+                attempt += 1
+                src = bin_of(fmix64((salt + (k + 1) * SHINGLE_PRIME + attempt) & MASK64))
+            sig[d, k] = bins[src]
     return sig
 
 
@@ -81,12 +103,15 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return keys
 
 
-def bucket_pairs(keys: np.ndarray, docs: np.ndarray) -> set[tuple[int, int]]:
-    buckets: dict[int, list[int]] = {}
-    for key, doc in zip(keys.tolist(), docs.tolist(), strict=True):
-        buckets.setdefault(key, []).append(doc)
-    return {(min(a, b), max(a, b)) for members in buckets.values()
-            for a, b in itertools.combinations(members, 2) if a != b}
+def lsh_candidates(keys: np.ndarray, nonempty: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted pairs (a < b) of non-empty documents sharing a key in some band (column of ``keys``)."""
+    found = set()
+    for j in range(keys.shape[1]):
+        buckets: dict[int, list[int]] = {}
+        for doc in np.nonzero(nonempty)[0].tolist():
+            buckets.setdefault(int(keys[doc, j]), []).append(doc)
+        found |= {(a, b) for members in buckets.values() for a, b in itertools.combinations(sorted(members), 2)}
+    return sorted(found)
 
 
 def signature_agreement(pairs: np.ndarray, signatures: np.ndarray) -> np.ndarray:

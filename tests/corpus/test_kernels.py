@@ -7,7 +7,7 @@ import pytest
 
 from kernels import dedup as K
 from kernels import reference as R
-from training_assets.data_engine.dedup import pack_texts, permutations
+from training_assets.data_engine.dedup import pack_texts
 
 WORDS = ["alpha", "Beta", "GAMMA", "délta", "ε", "日本語", "x", "42", "a-b", "naïve", "the", "The"]
 
@@ -47,27 +47,28 @@ def test_ascii_case_folds_but_other_scripts_do_not(packed):
 def test_minhash_and_band_keys_match_reference(packed):
     _, raw, data, offsets = packed
     o, h = K.shingle_hashes(data, offsets, 3)
-    a, b = permutations(16, seed=7)
-    sig = K.minhash_signatures(o, h, a, b)
+    sig = K.minhash_signatures(o, h, 16, K.oph_salt(7))
     sets = [R.shingle_set(d, 3) for d in raw]
-    np.testing.assert_array_equal(sig, R.minhash_signatures(sets, a, b))
+    np.testing.assert_array_equal(sig, R.minhash_signatures(sets, 16, 7))
     assert (sig[0] == 0xFFFFFFFF).all()  # the empty document
     np.testing.assert_array_equal(K.band_keys(sig, 4, 4), R.band_keys(sig, 4, 4))
 
 
-def test_bucket_pairs_jaccard_and_union_find_match_reference(packed):
+def test_lsh_candidates_jaccard_and_union_find_match_reference(packed):
     _, raw, data, offsets = packed
     o, h = K.shingle_hashes(data, offsets, 1)
     rng = np.random.default_rng(0)
-    keys = rng.integers(0, 6, size=40).astype(np.uint64)
-    docs = rng.integers(0, len(raw), size=40).astype(np.int64)
-    order = np.argsort(keys, kind="stable")
-    pairs = K.bucket_pairs(keys[order], docs[order])
-    assert {tuple(p) for p in pairs.tolist()} == R.bucket_pairs(keys, docs)
-    pairs = np.unique(pairs, axis=0)
+    keys = rng.integers(0, 6, size=(len(raw), 3)).astype(np.uint64)
+    nonempty = rng.random(len(raw)) < 0.8
+    pairs = K.lsh_candidates(keys, nonempty)
+    assert [tuple(p) for p in pairs.tolist()] == R.lsh_candidates(keys, nonempty)
     sets = [R.shingle_set(d, 1) for d in raw]
-    want = [R.jaccard(sets[a], sets[b]) for a, b in pairs.tolist()]
-    np.testing.assert_allclose(K.jaccard_pairs(pairs, o, h), want)
+    want = np.array([R.jaccard(sets[a], sets[b]) for a, b in pairs.tolist()])
+    np.testing.assert_allclose(K.jaccard_pairs(pairs, o[:-1], o[1:], h, 0.0), want)
+    # with a floor: exact at or above it, below it otherwise (the merge may stop early)
+    floored = K.jaccard_pairs(pairs, o[:-1], o[1:], h, 0.5)
+    np.testing.assert_allclose(floored[want >= 0.5], want[want >= 0.5])
+    assert (floored[want < 0.5] < 0.5).all() and (floored >= want - 1e-12).all()
     edges = pairs[::3]
     np.testing.assert_array_equal(K.union_find(len(raw), edges), R.union_find(len(raw), [tuple(e) for e in edges.tolist()]))
 
@@ -95,17 +96,34 @@ def test_contains_any_matches_reference(packed):
     assert (found >= 0).tolist() == R.contains_any(sets, set(index.tolist()))
 
 
-def test_fused_minhash_equals_two_step_and_subset_shingles_match(packed):
+def test_fused_signatures_equal_two_step_and_sorting_only_touches_the_listed_documents(packed):
     _, raw, data, offsets = packed
-    a, b = permutations(32, seed=1)
     o, h = K.shingle_hashes(data, offsets, 5)
-    fused, n_words = K.minhash_from_text(data, offsets, 5, a, b)
-    np.testing.assert_array_equal(fused, K.minhash_signatures(o, h, a, b))
-    assert n_words.tolist() == [len(R.words(d)) for d in raw]
+    raw_offsets, raw_hashes, fused = K.shingle_signatures(data, offsets, 5, 32, K.oph_salt(1))
+    np.testing.assert_array_equal(fused, K.minhash_signatures(o, h, 32, K.oph_salt(1)))
+    before = raw_hashes.copy()
     docs = np.array([3, 7, 8, 40], np.int64)
-    so, sh = K.shingle_sets(data, offsets[docs], offsets[docs + 1], 5)
-    for i, d in enumerate(docs.tolist()):
-        assert sh[so[i]:so[i + 1]].tolist() == sorted(R.shingle_set(raw[d], 5))
+    ends = K.sort_unique_blocks(raw_offsets, raw_hashes, docs)
+    for d in range(len(raw)):
+        block = raw_hashes[raw_offsets[d]:ends[d]].tolist()
+        if d in docs:
+            assert block == sorted(R.shingle_set(raw[d], 5))
+        else:  # untouched: still every shingle in text order
+            assert block == before[raw_offsets[d]:raw_offsets[d + 1]].tolist()
+
+
+def test_minhash_agreement_is_an_unbiased_jaccard_estimate_even_for_small_sets():
+    """Densified one-permutation hashing: P(bin agrees) = Jaccard, also when most bins are empty."""
+    rng = np.random.default_rng(5)
+    universe = rng.integers(0, 2**63, size=60, dtype=np.uint64)
+    for size, shared in ((12, 8), (40, 30)):  # 12 shingles in 64 bins: most bins borrow
+        a, b = universe[:size], np.concatenate([universe[:shared], universe[size:2 * size - shared]])
+        jaccard = shared / (2 * size - shared)
+        offsets = np.array([0, size, 2 * size], np.int64)
+        hashes = np.concatenate([a, b])
+        agreement = [np.mean(sig[0] == sig[1]) for sig in
+                     (K.minhash_signatures(offsets, hashes, 64, K.oph_salt(seed)) for seed in range(300))]
+        assert abs(np.mean(agreement) - jaccard) < 0.015, (size, shared, np.mean(agreement), jaccard)
 
 
 def test_signature_agreement_matches_reference():

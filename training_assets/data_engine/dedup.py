@@ -3,15 +3,18 @@
 Pipeline (each step a Numba kernel from ``kernels.dedup``, glued here with NumPy):
 
 1. exact duplicates: records with the same text collapse onto the first (hash table on content);
-2. features per unique text: word-n-gram shingle hashes (``minhash``) or a hashing-vectorizer
-   embedding (``cosine``), straight from one UTF-8 buffer;
-3. signatures: MinHash (``num_perm`` values) or ``num_perm`` random-hyperplane bits;
+2. features per unique text: word-n-gram shingle hashes, each shingle hashed once and kept in
+   text order (``minhash``), or a hashing-vectorizer embedding (``cosine``), straight from one
+   UTF-8 buffer;
+3. signatures: MinHash (``num_perm`` one-permutation-hashing bins, from the same shingle hashes)
+   or ``num_perm`` random-hyperplane bits;
 4. LSH: ``bands x rows`` chosen so a pair at the threshold collides with probability
    >= ``target_recall`` (``lsh_params``); documents sharing a band key are candidate pairs;
 5. verification: exact Jaccard of the shingle sets (or exact cosine of the embeddings);
-   pairs below the threshold are discarded. Signature agreement decides the clear cases first
-   (six binomial deviations from the threshold either way, see ``dedup_unique``), so only the
-   uncertain candidates are shingled and compared exactly;
+   pairs below the threshold are discarded. MinHash: every candidate is checked exactly; only
+   the shingle blocks of candidate documents are sorted into sets, and a merge stops once the
+   pair can no longer reach the threshold. Cosine: the hyperplane agreement decides the clear
+   cases first (six binomial deviations either way, see ``dedup_unique``);
 6. clusters: connected components of verified pairs (union-find). The representative kept for
    a cluster is its **first record in input order**: earlier data wins, and in the staged,
    incremental form an old batch's record is never displaced by a new batch.
@@ -40,9 +43,9 @@ N_HASHED_FEATURES = 1 << 20
 class DedupParams:
     method: str = "minhash"  # "minhash" (Jaccard of word n-grams) or "cosine" (hashed unigram embedding)
     threshold: float = 0.8  # a pair at or above this similarity is a duplicate
-    num_perm: int = 128  # MinHash permutations / hyperplane bits
+    num_perm: int = 128  # MinHash values (one-permutation bins) / hyperplane bits
     ngram: int = 5  # words per shingle (minhash)
-    seed: int = DEFAULT_SEED  # permutations and hyperplanes derive from it
+    seed: int = DEFAULT_SEED  # the MinHash salt and the hyperplanes derive from it
     target_recall: float = 0.995  # LSH collision probability required at the threshold
 
     def __post_init__(self) -> None:
@@ -89,25 +92,22 @@ def pack_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """One UTF-8 buffer (uint8[B]) and document offsets (int64[N+1]) for the kernels.
 
     Each text is encoded and appended to one growing buffer: one copy of the corpus bytes at
-    peak (plus the buffer's growth slack), and no join of mixed-width strings.
+    peak (plus the buffer's growth slack), and no join of mixed-width strings. An ASCII text
+    (``str.isascii`` is a flag lookup in CPython) is its own UTF-8 and is appended without encoding.
     """
     offsets = np.zeros(len(texts) + 1, np.int64)
     buffer = bytearray()
     lengths = np.empty(len(texts), np.int64)
     for i, text in enumerate(texts):
-        encoded = text.encode("utf-8")
-        lengths[i] = len(encoded)
-        buffer += encoded
+        if text.isascii():
+            lengths[i] = len(text)
+            buffer += text.encode("ascii")
+        else:
+            encoded = text.encode("utf-8")
+            lengths[i] = len(encoded)
+            buffer += encoded
     np.cumsum(lengths, out=offsets[1:])
     return np.frombuffer(buffer, np.uint8), offsets
-
-
-def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Multiply-shift parameters: odd 64-bit ``a`` and 64-bit ``b`` per permutation."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-    a = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False) | np.uint64(1)
-    b = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False)
-    return a, b
 
 
 @dataclass
@@ -118,61 +118,55 @@ class Features:
 
     signatures: np.ndarray  # uint32[N, num_perm]: MinHash values or hyperplane bits
     nonempty: np.ndarray  # bool[N]
-    similarity: Callable[[np.ndarray], np.ndarray]  # int64[M, 2] pairs -> float64[M]
+    # (int64[M, 2] pairs, floor) -> float64[M]: exact where >= floor, some value < floor elsewhere
+    similarity: Callable[[np.ndarray, float], np.ndarray]
 
     def take(self, index: np.ndarray) -> Features:
         """The features of documents ``index``, in that order."""
         parent = self.similarity
-        return Features(self.signatures[index], self.nonempty[index], lambda pairs: parent(index[pairs]))
+        return Features(self.signatures[index], self.nonempty[index],
+                        lambda pairs, floor: parent(index[pairs], floor))
 
 
-def csr_jaccard(offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def csr_jaccard(offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.ndarray, float], np.ndarray]:
     """Exact Jaccard over stored sorted-unique shingle sets (CSR)."""
-    return lambda pairs: K.jaccard_pairs(pairs, offsets, hashes)
+    return lambda pairs, floor: K.jaccard_pairs(pairs, offsets[:-1], offsets[1:], hashes, floor)
 
 
-def lazy_jaccard(data: np.ndarray, offsets: np.ndarray, ngram: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Exact Jaccard that shingles only the documents appearing in the pairs, from the text buffer."""
-    def similarity(pairs: np.ndarray) -> np.ndarray:
-        if not len(pairs):
-            return np.zeros(0)
-        docs = np.sort(pairs.ravel())
-        docs = docs[np.concatenate(([True], docs[1:] != docs[:-1]))]
-        hash_offsets, hashes = K.shingle_sets(data, offsets[docs], offsets[docs + 1], ngram)
-        return K.jaccard_pairs(np.searchsorted(docs, pairs), hash_offsets, hashes)
+def raw_jaccard(hash_offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.ndarray, float], np.ndarray]:
+    """Exact Jaccard over raw shingle blocks (text order, repeats): the blocks of the documents
+    in the pairs are sorted and deduplicated in place on first use, the others never are."""
+    ends = hash_offsets[1:].copy()
+    is_set = np.zeros(len(hash_offsets) - 1, bool)
+
+    def similarity(pairs: np.ndarray, floor: float) -> np.ndarray:
+        docs = np.zeros(len(is_set), bool)
+        docs[pairs.ravel()] = True
+        docs = np.nonzero(docs & ~is_set)[0]
+        if len(docs):
+            ends[docs] = K.sort_unique_blocks(hash_offsets, hashes, docs)[docs]
+            is_set[docs] = True
+        return K.jaccard_pairs(pairs, hash_offsets[:-1], ends, hashes, floor)
     return similarity
 
 
 def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
     data, offsets = pack_texts(texts)
     if params.method == "minhash":
-        a, b = permutations(params.num_perm, params.seed)
-        signatures, n_words = K.minhash_from_text(data, offsets, params.ngram, a, b)
-        return Features(signatures, n_words > 0, lazy_jaccard(data, offsets, params.ngram))
+        hash_offsets, hashes, signatures = K.shingle_signatures(data, offsets, params.ngram, params.num_perm,
+                                                                K.oph_salt(params.seed))
+        return Features(signatures, np.diff(hash_offsets) > 0, raw_jaccard(hash_offsets, hashes))
     feat_offsets, ids, weights = K.hashed_features(data, offsets, N_HASHED_FEATURES)
     bits = K.hyperplane_signatures(feat_offsets, ids, weights, params.num_perm, params.seed)
     return Features(bits, np.diff(feat_offsets) > 0,
-                    lambda pairs: K.cosine_pairs(pairs, feat_offsets, ids, weights))
+                    lambda pairs, floor: K.cosine_pairs(pairs, feat_offsets, ids, weights))
 
 
 def candidate_pairs(signatures: np.ndarray, nonempty: np.ndarray, bands: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unique candidate pairs int64[M, 2] (a < b) and the band-key matrix uint64[N, bands].
-
-    The band join is one sort over all (band key, doc) entries: keys already mix in the band
-    index, so equal keys from different bands do not meet (up to 64-bit collisions).
-    """
+    """Unique candidate pairs int64[M, 2] (a < b, sorted) and the band-key matrix uint64[N, bands]:
+    documents sharing a band key in any band (``K.lsh_candidates``)."""
     keys = K.band_keys(signatures, bands, rows)
-    docs = np.nonzero(nonempty)[0].astype(np.int64)
-    flat_keys = keys[docs].ravel()
-    flat_docs = np.repeat(docs, bands)
-    order = np.argsort(flat_keys, kind="stable")
-    pairs = K.bucket_pairs(flat_keys[order], flat_docs[order])
-    if len(pairs):
-        packed = np.sort(pairs[:, 0] * np.int64(signatures.shape[0]) + pairs[:, 1])
-        # sort + mask: np.unique on int64 was ~20x slower than a plain sort here (numpy 2.4)
-        packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
-        pairs = np.stack([packed // signatures.shape[0], packed % signatures.shape[0]], axis=1)
-    return pairs.reshape(-1, 2), keys
+    return K.lsh_candidates(keys, nonempty), keys
 
 
 @dataclass
@@ -214,22 +208,30 @@ def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams
     bands, rows = lsh_params(params.threshold, params.num_perm, params.target_recall, params.method)
     nonempty = features.nonempty
     candidates, _ = candidate_pairs(features.signatures, nonempty, bands, rows)
-    # Pre-filter: skip the exact check for candidates whose signature agreement is more than six
-    # standard deviations below the agreement expected at the threshold (binomial, num_perm
-    # trials): such a pair is below the threshold with overwhelming probability, and the exact
-    # check (shingling both documents) is the expensive step.
-    # Symmetrically, a pair whose agreement is six deviations above it (for threshold 0.8 and 128
-    # permutations: all 128 values equal, which a pair below 0.8 does with probability
-    # < 0.8^128 ~ 4e-13) is accepted on its signature; its similarity is the signature estimate
-    # (the Jaccard estimate, or cos(pi * (1 - agreement)) for hyperplane bits).
-    expected = row_agreement(params.threshold, params.method)
-    spread = 6.0 * float(np.sqrt(expected * (1.0 - expected) / params.num_perm))
-    agreement = K.signature_agreement(candidates, features.signatures) if len(candidates) else np.zeros(0)
-    sure = agreement >= min(1.0, expected + spread)
-    check = (agreement >= expected - spread) & ~sure
-    estimate = agreement[sure] if params.method == "minhash" else np.cos(np.pi * (1.0 - agreement[sure]))
+    if params.method == "minhash":
+        # Every MinHash candidate gets the exact Jaccard: the check stops as soon as a pair can no
+        # longer reach the threshold, so clearly dissimilar candidates are cheap anyway, and the
+        # signature is no safe judge for short documents (a one-permutation signature of a
+        # handful of shingles borrows most bins from a few values: two 5-shingle documents with
+        # Jaccard 0.8 agree on all 128 bins ~2 % of the time, far from the binomial 0.8^128).
+        sure = np.zeros(len(candidates), bool)
+        check = np.ones(len(candidates), bool)
+        estimate = np.zeros(0)
+    else:
+        # Hyperplane bits are independent given the two vectors, so the agreement is binomial:
+        # skip the exact cosine for candidates more than six standard deviations below the
+        # agreement expected at the threshold, and accept those six above it (for cosine 0.8 and
+        # 128 bits: all bits equal, which a pair below the threshold, per-bit agreement
+        # < 1 - arccos(0.8)/pi = 0.795, does with probability < 0.795^128 ~ 2e-13) with the
+        # estimate cos(pi * (1 - agreement)) as their similarity.
+        expected = row_agreement(params.threshold, params.method)
+        spread = 6.0 * float(np.sqrt(expected * (1.0 - expected) / params.num_perm))
+        agreement = K.signature_agreement(candidates, features.signatures) if len(candidates) else np.zeros(0)
+        sure = agreement >= min(1.0, expected + spread)
+        check = (agreement >= expected - spread) & ~sure
+        estimate = np.cos(np.pi * (1.0 - agreement[sure]))
     pairs = np.concatenate([candidates[sure], candidates[check]])
-    sims = np.concatenate([estimate, features.similarity(candidates[check]) if check.any() else np.zeros(0)])
+    sims = np.concatenate([estimate, features.similarity(candidates[check], params.threshold) if check.any() else np.zeros(0)])
     good = sims >= params.threshold
     root = K.union_find(n, pairs[good]) if n else np.zeros(0, np.int64)
     stats = {"bands": bands, "rows": rows, "candidate_pairs": int(len(candidates)),

@@ -34,7 +34,6 @@ from training_assets.data_engine.dedup import (
     csr_jaccard,
     lsh_params,
     pack_texts,
-    permutations,
 )
 from training_assets.data_engine.filters import normalize
 from training_assets.data_engine.render import trace_record
@@ -79,8 +78,7 @@ def shingles_and_signatures(texts: Sequence[str], params: DedupParams) -> tuple[
     """(offsets int64[N+1], sorted unique shingle hashes uint64[S], MinHash uint32[N, P]) of texts."""
     data, offsets = pack_texts(texts)
     hash_offsets, hashes = K.shingle_hashes(data, offsets, params.ngram)
-    a, b = permutations(params.num_perm, params.seed)
-    return hash_offsets, hashes, K.minhash_signatures(hash_offsets, hashes, a, b)
+    return hash_offsets, hashes, K.minhash_signatures(hash_offsets, hashes, params.num_perm, K.oph_salt(params.seed))
 
 
 def signature_table(records: Sequence[dict[str, Any]], params: DedupParams) -> pa.Table:
