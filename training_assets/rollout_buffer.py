@@ -4,7 +4,9 @@
 or ``VLLMRolloutClient``), scores them with a reward function of the reward engine's shape
 ``(completions, **columns) -> list[float]``, computes group-relative advantages, and exports
 rows in the ``grpo_groups`` format (``group_id, prompt, completions, rewards, advantages,
-expected_answer``) so online rollouts can be stored and replayed like the dataset.
+expected_answer``) so online rollouts can be stored and replayed like the dataset. A group may
+also hold logged attempts next to the policy's samples (GRPO ``rollout="mixed"``): they arrive
+with their stored reward and assistant-token mask, and the advantages cover the whole group.
 
 ``VLLMRolloutClient`` talks to a running vLLM OpenAI-compatible server: ``POST /v1/completions``
 with ``n`` samples, ``logprobs=0`` and ``return_tokens_as_token_ids`` so each sampled token comes
@@ -28,7 +30,9 @@ class Generation:
     text: str
     token_ids: list[int]
     logprobs: list[float] | None = None  # sampler log-probs per token (None: recompute with the policy)
-    reward: float | None = None
+    reward: float | None = None  # preset for a logged attempt (its stored reward); None = score with the reward fn
+    completion_mask: list[int] | None = None  # 1 = token trained on (None: all; a logged attempt masks tool results)
+    prompt_ids: list[int] | None = None  # own prompt encoding (a logged attempt's template prefix); None = the group's
     advantage: float | None = None
 
 
@@ -53,20 +57,30 @@ class RolloutBuffer:
         return staged
 
     def score(self, reward_fn: Callable[..., list[float]], scale_rewards: str = "group") -> None:
-        """Reward every generation and set group-relative advantages (``training_data.group_advantages``)."""
+        """Reward the unscored generations, then set group-relative advantages over the WHOLE group.
+
+        A generation with a preset ``reward`` (a logged attempt replayed next to the policy's own
+        samples, ``rollout="mixed"``) keeps it; the advantages (``training_data.group_advantages``)
+        are normalised over logged and sampled members together.
+        """
         from training_assets.training_data.grpo import group_advantages
 
         for staged in self.prompts:
             if not staged.generations:
                 raise ValueError(f"prompt {staged.group_id} has no generations to score")
-            texts = [json.dumps([{"role": "assistant", "content": g.text}]) for g in staged.generations]
-            rewards = reward_fn(texts, expected_answer=[staged.expected_answer] * len(texts))
-            for g, r, a in zip(staged.generations, rewards, group_advantages(rewards, scale_rewards)):
-                g.reward, g.advantage = float(r), float(a)
+            pending = [g for g in staged.generations if g.reward is None]
+            if pending:
+                texts = [json.dumps([{"role": "assistant", "content": g.text}]) for g in pending]
+                for g, r in zip(pending, reward_fn(texts, expected_answer=[staged.expected_answer] * len(texts))):
+                    g.reward = float(r)
+            rewards = [float(g.reward) for g in staged.generations]  # type: ignore[arg-type]
+            for g, a in zip(staged.generations, group_advantages(rewards, scale_rewards)):
+                g.advantage = float(a)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One training row per generation: prompt ids, completion ids, sampler log-probs, advantage."""
-        return [{"group_id": s.group_id, "prompt_ids": s.prompt_ids, "completion_ids": g.token_ids,
+        """One training row per generation: prompt ids, completion ids and mask, sampler log-probs, advantage."""
+        return [{"group_id": s.group_id, "prompt_ids": g.prompt_ids or s.prompt_ids, "completion_ids": g.token_ids,
+                 "completion_mask": g.completion_mask if g.completion_mask is not None else [1] * len(g.token_ids),
                  "old_logps": g.logprobs, "advantage": g.advantage, "reward": g.reward}
                 for s in self.prompts for g in s.generations]
 

@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 LORA = {"r": 4, "alpha": 8}
 ADAPTERS = {
     "dpo_checkpoint": {"max_steps": 2, "batch_size": 4, "lora": LORA, "torch_threads": 1, "save_steps": 1},
-    "grpo_checkpoint": {"max_steps": 2, "batch_size": 2, "lora": LORA, "num_generations": 2, "max_new_tokens": 4,
+    "grpo_checkpoint": {"max_steps": 2, "batch_size": 2, "lora": LORA, "rollout": "mixed", "num_generations": 2, "max_new_tokens": 4,
                         "torch_threads": 1, "save_steps": 1},
 }
 # Two string-hash salts under which PEFT's set of LoRA target modules iterates in different orders.

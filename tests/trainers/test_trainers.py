@@ -85,7 +85,42 @@ def test_grpo_first_loss_is_minus_token_weighted_advantage(tmp_path, tokenizer, 
             num += -adv * n
             den += n
     result = get_trainer("grpo", config).train(grpo_groups)
-    assert result.loop.losses[0] == pytest.approx(num / den, rel=1e-4)
+    assert num != 0 and result.loop.losses[0] == pytest.approx(num / den, rel=1e-4)
+
+
+def test_grpo_mixed_rollouts_learn_from_logged_attempts_where_policy_samples_tie(tmp_path, tokenizer, base_model_dir,
+                                                                                  grpo_groups):
+    """The demo's failure: every own sample gets the same reward, so rollout="local" has loss 0.
+    rollout="mixed" puts the logged attempts (stored rewards 1 and 0) in the same group as G=2 samples."""
+    groups = grpo_groups[:4]
+
+    def tie(completions, **kw):
+        return [0.0] * len(completions)
+
+    def run(rollout, out):
+        config = TrainConfig(base_model=str(base_model_dir), output_dir=str(out), max_steps=1, batch_size=4,
+                             num_generations=2, max_new_tokens=4, rollout=rollout, grpo_loss_type="dapo")
+        trainer = get_trainer("grpo", config, reward_fn=tie)
+        rollouts, sample = [], trainer._rollout
+        trainer._rollout = lambda rows, model: rollouts.append(sample(rows, model)) or rollouts[-1]
+        return trainer.train(groups), rollouts[0]
+
+    local, _ = run("local", tmp_path / "local")
+    assert local.loop.losses[0] == 0.0
+    mixed, rows = run("mixed", tmp_path / "mixed")
+    # group rewards [1, 0, 0, 0]: mean 1/4, Bessel std 1/2 → A = (r - 1/4) / (1/2 + 1e-4)
+    hand_adv = [(r - 0.25) / (0.5 + 1e-4) for r in (1.0, 0.0, 0.0, 0.0)]
+    num = den = 0.0
+    assert sorted(m["group_id"] for m in rows) == sorted(g["group_id"] for g in groups for _ in range(4))
+    for g in groups:
+        members = [m for m in rows if m["group_id"] == g["group_id"]]  # logged attempts first, then samples
+        assert [m["advantage"] for m in members] == pytest.approx(hand_adv, rel=1e-6)
+        logged = [encode_completion(tokenizer, as_messages(g["prompt"]), as_messages(c), 512) for c in g["completions"]]
+        counts = [sum(mask[plen:]) for _, mask, plen in logged] + [len(m["completion_ids"]) for m in members[2:]]
+        num += sum(-a * n for a, n in zip(hand_adv, counts))
+        den += sum(counts)
+    # ratio 1 on the first step (old log-probs = the policy's at rollout time): loss = -Σ A·n / Σ n
+    assert num != 0 and mixed.loop.losses[0] == pytest.approx(num / den, rel=1e-4)
 
 
 def test_grpo_local_rollouts_generate_score_and_train_a_lora(tmp_path, base_model_dir, grpo_groups):

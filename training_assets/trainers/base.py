@@ -20,6 +20,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 DISTRIBUTED = ("none", "ddp", "fsdp", "deepspeed")
 KERNEL_BACKENDS = ("torch", "numba")
 TRACKERS = ("none", "mlflow")
+ROLLOUTS = ("local", "vllm", "dataset", "mixed")
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,11 @@ class TrainConfig:
     label_smoothing: float = 0.0  # cDPO: assumed probability that a preference label is flipped
     precompute_ref_logps: bool = True  # reference log-probs computed once before training (no 2nd model in memory)
     # GRPO (Shao et al. 2024, DeepSeekMath)
-    rollout: str = "local"  # local (generate with the current policy) | dataset (stored completions) | vllm
+    # Rollout source (see trainers/grpo.py): local = the policy's own samples by generate; vllm = the
+    # policy's samples from a vLLM server; dataset = the logged attempts of each grpo_groups row with
+    # their stored advantages; mixed = logged attempts (stored rewards) + num_generations local samples
+    # in one group, advantages normalised over the whole group (LUFFY, arXiv:2504.14945)
+    rollout: str = "local"
     vllm_base_url: str | None = None  # OpenAI-compatible vLLM server for rollout="vllm"
     num_generations: int = 4  # completions per prompt (group size)
     max_new_tokens: int = 32  # generated tokens per completion
@@ -121,7 +126,7 @@ class TrainConfig:
             (self.batch_size > 0, f"batch_size must be positive, got {self.batch_size}"),
             (self.grad_accum > 0, f"grad_accum must be positive, got {self.grad_accum}"),
             (self.epochs > 0 or self.max_steps > 0, "set epochs > 0 or max_steps > 0"),
-            (self.rollout in ("local", "dataset", "vllm"), f"rollout must be local, dataset or vllm, got {self.rollout!r}"),
+            (self.rollout in ROLLOUTS, f"rollout must be one of {ROLLOUTS}, got {self.rollout!r}"),
             (self.rollout != "vllm" or bool(self.vllm_base_url), "rollout='vllm' needs vllm_base_url (e.g. http://host:8000)"),
         ]
         for ok, message in checks:

@@ -1,15 +1,29 @@
 """Group Relative Policy Optimisation (Shao et al. 2024, DeepSeekMath, https://arxiv.org/abs/2402.03300).
 
-Each example is a prompt. Per micro-batch of ``batch_size`` prompts the trainer samples
-``num_generations`` completions per prompt (``rollout="local"``: ``generate`` with the current
-policy; ``"vllm"``: ``VLLMRolloutClient``; ``"dataset"``: the completions and advantages stored in
-``grpo_groups``), scores them with the reward engine (``training_data.compose_reward``), turns
-rewards into group-relative advantages, and minimises ``objectives.grpo_surrogate`` — the
-clipped importance-ratio surrogate with clip-higher and an optional k3 KL to the reference.
+Each example is a ``grpo_groups`` row: a prompt with the agents' logged attempts (``completions``,
+``rewards``, ``advantages``). ``TrainConfig.rollout`` chooses where each group's rollouts come from:
+
+* ``"local"`` (library default) — the policy's own samples: ``num_generations`` completions per
+  prompt by ``generate`` with the current policy, scored with the reward engine
+  (``training_data.compose_reward``), advantages normalised within the sampled group.
+* ``"vllm"`` — the same, sampled by ``VLLMRolloutClient`` (the sampler's log-probs are the old policy).
+* ``"dataset"`` — the logged attempts only, with their stored advantages (purely off-policy replay).
+* ``"mixed"`` — the logged attempts (stored rewards: the environment's verdict, which a fresh sample
+  cannot have) plus ``num_generations`` local samples in the SAME group; advantages are normalised
+  over the whole group, so a logged success pulls the policy towards it even when all of the
+  policy's own samples fail alike (off-policy guidance: LUFFY, Yan et al. 2025, "Learning to
+  Reason under Off-Policy Guidance", https://arxiv.org/abs/2504.14945; without LUFFY's policy
+  shaping of the off-policy ratio).
+
+A tiny or early policy samples completions whose rewards are all equal within a group, so every
+advantage — and the loss — is 0 with ``"local"``; ``"dataset"`` and ``"mixed"`` learn from the
+logged successes and failures. The loss is ``objectives.grpo_surrogate`` — the clipped
+importance-ratio surrogate with clip-higher and an optional k3 KL to the reference.
 
 One policy update per rollout batch (TRL's ``num_iterations=1``): the old log-probs are the
-policy's own before the update, so the ratio starts at 1 and the clipping only matters after
-the first step; with vLLM they are the sampler's log-probs.
+current policy's at rollout time (also for logged attempts, whose behaviour policy is unknown), so
+the ratio starts at 1 and the clipping only matters after the first step; with vLLM they are the
+sampler's log-probs.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ class GRPOTrainer(TrainerBase):
 
     @property
     def sequences_per_example(self) -> int:  # type: ignore[override]
+        # per group: the policy's samples (mixed adds the logged attempts, unknown before prepare)
         return self.config.num_generations if self.config.rollout != "dataset" else 1
 
     def reward_fn(self) -> Any:
@@ -51,25 +66,34 @@ class GRPOTrainer(TrainerBase):
         prompt_chars = sum(len(str(m.get("content") or "")) for m in as_messages(example["prompt"]))
         return prompt_chars // 4 + self.config.max_new_tokens
 
+    def _logged(self, group_id: str, prompt: list[dict[str, Any]], example: dict[str, Any], tokenizer: Any,
+                key: str) -> list[tuple[list[int], list[int], list[int], float]]:
+        """The group's logged attempts that have assistant tokens: (prompt ids, completion ids, mask, ``key`` value)."""
+        out = []
+        for j, (completion, value) in enumerate(zip(example["completions"], example[key])):
+            enc = encode_completion(tokenizer, prompt, as_messages(completion), self.config.max_seq_len)
+            if enc is None:
+                self.skipped.append({"id": f"{group_id}/{j}", "reason": "completion has no assistant tokens"})
+                continue
+            ids, mask, plen = enc
+            out.append((ids[:plen], ids[plen:], mask[plen:], float(value)))
+        return out
+
     def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for i, e in enumerate(examples):
             group_id = str(e.get("group_id", i))
             prompt = as_messages(e["prompt"])
             if self.config.rollout == "dataset":
-                for j, (completion, advantage) in enumerate(zip(e["completions"], e["advantages"])):
-                    enc = encode_completion(tokenizer, prompt, as_messages(completion), self.config.max_seq_len)
-                    if enc is None:
-                        self.skipped.append({"id": f"{group_id}/{j}", "reason": "completion has no assistant tokens"})
-                        continue
-                    ids, mask, plen = enc
-                    rows.append({"group_id": group_id, "prompt_ids": ids[:plen], "completion_ids": ids[plen:],
-                                 "completion_mask": mask[plen:], "advantage": float(advantage), "old_logps": None})
+                for p_ids, c_ids, mask, advantage in self._logged(group_id, prompt, e, tokenizer, "advantages"):
+                    rows.append({"group_id": group_id, "prompt_ids": p_ids, "completion_ids": c_ids,
+                                 "completion_mask": mask, "advantage": advantage, "old_logps": None})
             else:
                 prompt_ids = list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True,
                                                                 return_dict=True)["input_ids"])
+                logged = self._logged(group_id, prompt, e, tokenizer, "rewards") if self.config.rollout == "mixed" else []
                 rows.append({"group_id": group_id, "prompt": prompt, "prompt_ids": prompt_ids[-self.config.max_seq_len:],
-                             "expected_answer": e.get("expected_answer")})
+                             "expected_answer": e.get("expected_answer"), "logged": logged})
         if not rows:
             raise ValueError(f"grpo: no trainable rows from {len(examples)} groups; first reasons: {self.skipped[:3]}")
         return rows
@@ -109,13 +133,17 @@ class GRPOTrainer(TrainerBase):
             completions = out[:, P:].cpu().tolist()
             for k, r in enumerate(rows):
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
+                # mixed: the logged attempts join the group first, with their stored rewards
+                for p_ids, c_ids, mask, reward in r.get("logged", []):
+                    staged.generations.append(Generation(text=tok.decode(c_ids, skip_special_tokens=True), token_ids=c_ids,
+                                                         reward=reward, completion_mask=mask, prompt_ids=p_ids))
                 for c in completions[k * G:(k + 1) * G]:
                     if tok.eos_token_id in c:
                         c = c[: c.index(tok.eos_token_id) + 1]
                     staged.generations.append(Generation(text=tok.decode(c, skip_special_tokens=True), token_ids=c))
         buffer.score(self.reward_fn())
         self.rewards.append(buffer.mean_reward())
-        return [{**row, "completion_mask": [1] * len(row["completion_ids"])} for row in buffer.rows()]
+        return buffer.rows()
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
         import torch

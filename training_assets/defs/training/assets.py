@@ -10,6 +10,7 @@ blocking gate stops them when the SFT checkpoint fails evaluation.
 
 import os
 import sys
+from typing import Optional
 
 import dagster as dg
 from pydantic import Field
@@ -54,7 +55,14 @@ class GrpoConfig(TrainingConfig):
     max_steps: int = Field(3, description="Optimizer steps (each samples a rollout batch).")
     batch_size: int = Field(2, description="Prompts per micro-batch; each gets num_generations completions.")
     lora_r: int = Field(8, description="LoRA rank (the merge step needs adapters).")
-    rollout: str = Field("local", description="local (generate with the policy) | dataset (stored completions) | vllm.")
+    rollout: str = Field("mixed", description=(
+        "Where each group's rollouts come from. mixed (default): the logged attempts of the grpo_groups row, with "
+        "their stored rewards, plus num_generations samples of the policy, advantages normalised over the whole "
+        "group (LUFFY-style off-policy guidance), so the tiny policy learns from logged successes and failures; "
+        "local: only the policy's own samples (their rewards are usually all equal for a tiny model, so the loss "
+        "is 0); dataset: only the logged attempts with their stored advantages; vllm: the policy's samples from "
+        "a vLLM server at vllm_base_url."))
+    vllm_base_url: Optional[str] = Field(None, description="OpenAI-compatible vLLM server for rollout=vllm, e.g. http://host:8000.")
     num_generations: int = Field(4, description="Completions per prompt.")
     max_new_tokens: int = Field(16, description="Generated tokens per completion.")
     kl_beta: float = Field(0.0, description="k3 KL weight to the reference (adapter disabled).")
@@ -142,11 +150,12 @@ def dpo_checkpoint(context: dg.AssetExecutionContext, config: DpoConfig, data_ro
     return _train(context, "dpo_checkpoint", config, extra, data_root, mlflow)
 
 
-@dg.asset(deps=["sft_checkpoint", "grpo_groups", "sft_eval_report"], **_COMMON)
+# own code version: the rollout sources (mixed by default) changed what this asset trains on
+@dg.asset(deps=["sft_checkpoint", "grpo_groups", "sft_eval_report"], **{**_COMMON, "code_version": "trainers-1-grpo-2"})
 def grpo_checkpoint(context: dg.AssetExecutionContext, config: GrpoConfig, data_root: DataRoot,
                     mlflow: MlflowTracking) -> dg.MaterializeResult:
     """A GRPO LoRA adapter on sft_checkpoint: rollouts, composite rewards, group advantages."""
-    extra = {"rollout": config.rollout, "num_generations": config.num_generations,
+    extra = {"rollout": config.rollout, "vllm_base_url": config.vllm_base_url, "num_generations": config.num_generations,
              "max_new_tokens": config.max_new_tokens, "kl_beta": config.kl_beta}
     return _train(context, "grpo_checkpoint", config, extra, data_root, mlflow)
 
