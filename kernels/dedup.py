@@ -223,6 +223,87 @@ def shingle_hashes(data, offsets, ngram):
     return out_offsets, raw[:out_offsets[n_docs]]
 
 
+@njit(cache=True, parallel=True)
+def content_hashes(data, offsets):
+    """64-bit hash of each document's exact bytes: uint64[N] (no case folding, whitespace counts).
+
+    The bytes are packed eight at a time, big-endian, into a chunk mixed in with
+    ``h = (h ^ chunk) * M`` from the FNV-1a offset basis, then ``fmix64(h ^ length)``: the word
+    hash's construction applied to the whole document. Only a grouping key: ``exact_roots``
+    compares the bytes of documents whose hashes are equal.
+    """
+    n_docs = offsets.shape[0] - 1
+    out = np.empty(n_docs, np.uint64)
+    for d in prange(n_docs):
+        start, end = offsets[d], offsets[d + 1]
+        h = FNV_OFFSET
+        p = start
+        while p + 8 <= end:
+            chunk = np.uint64(0)
+            for k in range(8):
+                chunk = (chunk << np.uint64(8)) | np.uint64(data[p + k])
+            h = (h ^ chunk) * WORD_MULT
+            p += 8
+        if p < end:
+            chunk = np.uint64(0)
+            while p < end:
+                chunk = (chunk << np.uint64(8)) | np.uint64(data[p])
+                p += 1
+            h = (h ^ chunk) * WORD_MULT
+        out[d] = fmix64(h ^ np.uint64(end - start))
+    return out
+
+
+@njit(cache=True)
+def _same_bytes(data, offsets, a, b):
+    n = offsets[a + 1] - offsets[a]
+    if offsets[b + 1] - offsets[b] != n:
+        return False
+    pa, pb = offsets[a], offsets[b]
+    for i in range(n):
+        if data[pa + i] != data[pb + i]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def exact_roots(data, offsets):
+    """Exact duplicates: each document's root is the first document (lowest index) with the same
+    bytes: int64[N]. Documents are grouped by ``content_hashes`` (a stable sort, so a group lists
+    its members in input order) and a member's bytes are compared with the group's distinct
+    texts seen so far, so a hash collision never merges different texts."""
+    hashes = content_hashes(data, offsets)
+    order = np.argsort(hashes, kind="mergesort")
+    n = hashes.shape[0]
+    root = np.arange(n)
+    i = 0
+    while i < n:
+        e = i + 1
+        while e < n and hashes[order[e]] == hashes[order[i]]:
+            e += 1
+        for x in range(i + 1, e):
+            d = order[x]
+            for y in range(i, x):
+                r = order[y]
+                if root[r] == r and _same_bytes(data, offsets, r, d):
+                    root[d] = r
+                    break
+        i = e
+    return root
+
+
+@njit(cache=True)
+def take_docs(data, offsets, index):
+    """The documents ``index`` (int64[K], in that order) as a new packed corpus (data, offsets)."""
+    out_offsets = np.zeros(index.shape[0] + 1, np.int64)
+    for i in range(index.shape[0]):
+        out_offsets[i + 1] = out_offsets[i] + offsets[index[i] + 1] - offsets[index[i]]
+    out = np.empty(out_offsets[-1], np.uint8)
+    for i in range(index.shape[0]):
+        out[out_offsets[i]:out_offsets[i + 1]] = data[offsets[index[i]]:offsets[index[i] + 1]]
+    return out, out_offsets
+
+
 @njit(cache=True, inline="always")
 def _bin_of(x, n_bins):
     return (x >> np.uint64(32)) * np.uint64(n_bins) >> np.uint64(32)
@@ -435,17 +516,18 @@ def jaccard_pairs(pairs, starts, ends, hashes, floor):
     run_starts.append(n)
     n_runs = len(run_starts) - 1
     runs = np.array(run_starts, np.int64)
-    # static chunks (enough to balance a few threads): one table per chunk, allocated and
-    # zeroed once for the chunk's largest set, reused by its runs; results do not depend on it
-    n_chunks = min(n_runs, 16)
+    # Interleaved chunks: chunk c takes runs c, c + n_chunks, ..., so neighbouring runs (often
+    # of similar, large documents) spread over the threads, which prange hands contiguous
+    # ranges of chunks. One table per chunk, allocated and zeroed once for the chunk's largest
+    # set, reused by its runs; results do not depend on the chunking.
+    n_chunks = min(n_runs, 64)
     for c in prange(n_chunks):
-        r0, r1 = c * n_runs // n_chunks, (c + 1) * n_runs // n_chunks
         largest = 1
-        for r in range(r0, r1):
+        for r in range(c, n_runs, n_chunks):
             a = pairs[runs[r], 0]
             largest = max(largest, ends[a] - starts[a])
         table = np.zeros(_table_size(largest), np.uint64)
-        for r in range(r0, r1):
+        for r in range(c, n_runs, n_chunks):
             a = pairs[runs[r], 0]
             size_a = ends[a] - starts[a]
             slots = _table_size(size_a)

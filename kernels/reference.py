@@ -178,3 +178,15 @@ def cosine(a: dict[int, float], b: dict[int, float]) -> float:
 
 def contains_any(shingle_sets: list[set[int]], index: set[int]) -> list[bool]:
     return [bool(s & index) for s in shingle_sets]
+
+
+def content_hash(doc: bytes) -> int:
+    h = FNV_OFFSET
+    for i in range(0, len(doc), 8):
+        h = ((h ^ int.from_bytes(doc[i:i + 8], "big")) * WORD_MULT) & MASK64
+    return fmix64(h ^ len(doc))
+
+
+def exact_roots(docs: list[bytes]) -> np.ndarray:
+    first: dict[bytes, int] = {}
+    return np.array([first.setdefault(d, i) for i, d in enumerate(docs)], np.int64)

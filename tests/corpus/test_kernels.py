@@ -131,3 +131,28 @@ def test_signature_agreement_matches_reference():
     sigs = rng.integers(0, 3, size=(20, 64)).astype(np.uint32)
     pairs = np.array([(i, j) for i in range(20) for j in range(i + 1, 20, 3)], np.int64)
     np.testing.assert_allclose(K.signature_agreement(pairs, sigs), R.signature_agreement(pairs, sigs))
+
+
+def test_content_hashes_and_exact_roots_match_reference(packed):
+    docs, raw, data, offsets = packed
+    docs2 = docs + docs[3:9] + ["one", "", "tab\tseparated\nlines\r\nhere"]
+    raw2 = [d.encode() for d in docs2]
+    data2, offsets2 = pack_texts(docs2)
+    np.testing.assert_array_equal(K.content_hashes(data2, offsets2),
+                                  np.array([R.content_hash(d) for d in raw2], np.uint64))
+    roots = K.exact_roots(data2, offsets2)
+    np.testing.assert_array_equal(roots, R.exact_roots(raw2))
+    assert (roots != np.arange(len(docs2))).sum() >= 9  # the appended copies point back
+
+
+def test_exact_roots_map_equal_bytes_to_the_first_occurrence_only():
+    # same lengths, different bytes: only byte-equal texts share a root, the first occurrence
+    docs = ["ab" * 20, "ba" * 20, "ab" * 20, "a" * 40, "ba" * 20]
+    data, offsets = pack_texts(docs)
+    np.testing.assert_array_equal(K.exact_roots(data, offsets), [0, 1, 0, 3, 1])
+
+
+@pytest.mark.parametrize("docs", [["plain ascii", "", "more ascii text"], ["ascii", "café ☕", "", "日本語 x"]])
+def test_pack_texts_gives_each_documents_utf8_bytes(docs):
+    data, offsets = pack_texts(docs)
+    assert [bytes(data[offsets[i]:offsets[i + 1]]) for i in range(len(docs))] == [d.encode() for d in docs]

@@ -37,6 +37,7 @@ from training_assets.data_engine.filters import Dropped
 METHODS = ("minhash", "cosine")
 DEFAULT_SEED = 42
 N_HASHED_FEATURES = 1 << 20
+PACK_CHUNK = 1 << 24  # characters per join+encode step of an ASCII corpus (16 MB of temporaries)
 
 
 @dataclass(frozen=True)
@@ -91,21 +92,29 @@ def content_hash(text: str) -> str:
 def pack_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """One UTF-8 buffer (uint8[B]) and document offsets (int64[N+1]) for the kernels.
 
-    Each text is encoded and appended to one growing buffer: one copy of the corpus bytes at
-    peak (plus the buffer's growth slack), and no join of mixed-width strings. An ASCII text
-    (``str.isascii`` is a flag lookup in CPython) is its own UTF-8 and is appended without encoding.
+    An all-ASCII corpus (``str.isascii`` is a flag lookup in CPython) is its own UTF-8: texts are
+    joined and encoded in chunks of ~``PACK_CHUNK`` characters straight into one preallocated
+    buffer (three memcpy-speed passes, no per-text Python work, at most one chunk of
+    temporaries). Otherwise each text is encoded and appended to one growing buffer: no join of
+    mixed-width strings, which would widen every text to the widest one's width.
     """
     offsets = np.zeros(len(texts) + 1, np.int64)
+    lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+    if all(map(str.isascii, texts)):
+        np.cumsum(lengths, out=offsets[1:])
+        data = np.empty(int(offsets[-1]), np.uint8)
+        start = 0
+        while start < len(texts):
+            stop = int(np.searchsorted(offsets, offsets[start] + PACK_CHUNK, "right"))
+            stop = min(max(stop - 1, start + 1), len(texts))
+            data[offsets[start]:offsets[stop]] = np.frombuffer("".join(texts[start:stop]).encode("ascii"), np.uint8)
+            start = stop
+        return data, offsets
     buffer = bytearray()
-    lengths = np.empty(len(texts), np.int64)
     for i, text in enumerate(texts):
-        if text.isascii():
-            lengths[i] = len(text)
-            buffer += text.encode("ascii")
-        else:
-            encoded = text.encode("utf-8")
-            lengths[i] = len(encoded)
-            buffer += encoded
+        encoded = text.encode("utf-8")
+        lengths[i] = len(encoded)
+        buffer += encoded
     np.cumsum(lengths, out=offsets[1:])
     return np.frombuffer(buffer, np.uint8), offsets
 
@@ -151,7 +160,11 @@ def raw_jaccard(hash_offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.nd
 
 
 def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
-    data, offsets = pack_texts(texts)
+    return packed_features(*pack_texts(texts), params)
+
+
+def packed_features(data: np.ndarray, offsets: np.ndarray, params: DedupParams) -> Features:
+    """Features of a packed corpus (``pack_texts``'s data uint8[B] and offsets int64[N+1])."""
     if params.method == "minhash":
         hash_offsets, hashes, signatures = K.shingle_signatures(data, offsets, params.ngram, params.num_perm,
                                                                 K.oph_salt(params.seed))
@@ -254,15 +267,18 @@ def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold:
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"dedup: record id {dup!r} appears more than once; ids must be unique")
-    # Exact duplicates: a hash table keyed on the text itself (Python's cached string hash, then
-    # a full comparison), so equal content is found without a cryptographic hash per record.
-    first_of: dict[str, int] = {}
-    exact_root = np.fromiter((first_of.setdefault(r["text"], i) for i, r in enumerate(records)), np.int64,
-                             len(records))
-    del first_of
+    # Exact duplicates: a 64-bit hash of each text's UTF-8 bytes, computed in parallel over the
+    # packed buffer the features need anyway, then a byte comparison inside equal-hash groups.
+    data, offsets = pack_texts([r["text"] for r in records])
+    exact_root = K.exact_roots(data, offsets) if len(records) else np.zeros(0, np.int64)
     unique = np.nonzero(exact_root == np.arange(len(records)))[0]
-    features = (compute_features([records[i]["text"] for i in unique], params) if features is None
-                else features.take(unique))
+    if features is None:
+        if len(unique) < len(records):
+            data, offsets = K.take_docs(data, offsets, unique)
+        features = packed_features(data, offsets, params)
+    else:
+        features = features.take(unique)
+    del data, offsets
     near_root, pairs, sims, stats = dedup_unique([ids[i] for i in unique], features, params)
     root = unique[near_root][np.searchsorted(unique, exact_root)] if len(records) else exact_root
     return assemble(records, root, exact_root, unique[pairs] if len(pairs) else pairs, sims,
@@ -280,27 +296,28 @@ def assemble(records: Sequence[dict[str, Any]], root: np.ndarray, exact_root: np
     if len(pair_index):
         np.maximum.at(best, pair_index[:, 0], sims)
         np.maximum.at(best, pair_index[:, 1], sims)
-    kept: list[dict[str, Any]] = []
-    clusters: dict[str, list[str]] = {}
+    # Python work per dropped record only: kept records are picked by index, each gets its own
+    # cluster list, and dropped ids are appended in input order (a representative is the first
+    # record of its cluster, so it always precedes its members).
+    ids = [r["id"] for r in records]
+    index = np.arange(len(records))
+    kept = [records[i] for i in np.nonzero(root == index)[0].tolist()]
+    clusters: dict[str, list[str]] = {r["id"]: [r["id"]] for r in kept}
     dropped: list[Dropped] = []
-    for i, record in enumerate(records):
-        rep = records[int(root[i])]["id"]
-        if root[i] == i:
-            kept.append(record)
-            clusters[rep] = [rep]
-            continue
-        clusters[rep].append(record["id"])
-        if exact_root[i] != i:
-            dropped.append(Dropped(record["id"], "dedup", "exact_duplicate",
-                                   f"same text as {records[int(exact_root[i])]['id']}",
+    gone = np.nonzero(root != index)[0]
+    for i, r, e, sim in zip(gone.tolist(), root[gone].tolist(), exact_root[gone].tolist(), best[gone].tolist(),
+                            strict=True):
+        rep = ids[r]
+        clusters[rep].append(ids[i])
+        if e != i:
+            dropped.append(Dropped(ids[i], "dedup", "exact_duplicate", f"same text as {ids[e]}",
                                    duplicate_of=rep, similarity=1.0))
         else:
-            sim = float(best[i])
-            dropped.append(Dropped(record["id"], "dedup", "near_duplicate",
+            dropped.append(Dropped(ids[i], "dedup", "near_duplicate",
                                    f"{stats['method']} similarity {sim:.3f} >= {stats['threshold']} "
                                    f"within the cluster of {rep}", duplicate_of=rep, similarity=sim))
     n_exact = sum(d.reason == "exact_duplicate" for d in dropped)
     stats = {**stats, "input": len(records), "kept": len(kept), "exact_duplicates": n_exact,
              "near_duplicates": len(dropped) - n_exact,
              "dedup_rate": (len(dropped) / len(records)) if len(records) else 0.0}
-    return DedupResult(kept, clusters, dropped, pair_index, sims, [r["id"] for r in records], stats)
+    return DedupResult(kept, clusters, dropped, pair_index, sims, ids, stats)
