@@ -33,6 +33,7 @@ from typing import Any
 
 from training_assets.deploy import Deployment, DeploymentError, DeploymentTarget, deploy, undo_deploy
 from training_assets.storage import canonical_json, fingerprint, write_json_atomic
+from training_assets.tracking import local_artifact_location
 from training_assets.evaluation.loading import CheckpointDirs, resolve_checkpoint
 
 DEFAULT_MODEL_NAME = "agent-model"
@@ -173,10 +174,7 @@ class ModelRegistry:
     def __init__(self, tracking_uri: str, model_name: str = DEFAULT_MODEL_NAME, artifact_location: str | None = None):
         self.tracking_uri = tracking_uri
         self.model_name = model_name
-        if artifact_location is None and tracking_uri.startswith("sqlite:///"):
-            # next to the database, not MLflow's default ./mlruns in whatever the cwd is
-            artifact_location = str(Path(tracking_uri.removeprefix("sqlite:///")).parent / "artifacts")
-        self.artifact_location = artifact_location
+        self.artifact_location = artifact_location or local_artifact_location(tracking_uri)
         self._client = None
 
     @property

@@ -14,6 +14,7 @@ import io
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from training_assets import paths
@@ -28,6 +29,14 @@ def default_tracking_uri(root: str | os.PathLike[str] | None = None) -> str:
     store = paths.data_root(root) / "mlflow"
     store.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def local_artifact_location(tracking_uri: str) -> str | None:
+    """Artifacts of a SQLite store live next to its database, never in MLflow's default ``./mlruns``
+    under whatever the working directory is; other stores keep their server's default."""
+    if tracking_uri.startswith("sqlite:///"):
+        return str(Path(tracking_uri.removeprefix("sqlite:///")).parent / "artifacts")
+    return None
 
 
 def loss_curve_png(losses: list[float], title: str = "training loss") -> bytes:
@@ -113,7 +122,8 @@ def start_run(config: Any, plan: Any, enabled: bool = True) -> Iterator[Any]:
     uri = config.tracking_uri or default_tracking_uri()
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+    experiment_id = (experiment.experiment_id if experiment
+                     else client.create_experiment(EXPERIMENT, artifact_location=local_artifact_location(uri)))
     tags = {"kind": plan.kind, **(config.tracker_tags or {})}
     run = client.create_run(experiment_id, run_name=config.run_name or f"{plan.kind}", tags=tags)
     run_id = run.info.run_id

@@ -56,6 +56,8 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
     assert run["loss_history"] == manifest["train"]["losses"]  # per-step metrics
     assert run["tags"]["dagster_run_id"] == result.run_id and run["tags"]["checkpoint_dir"] == manifest["checkpoint_dir"]
     assert "loss_curve.png" in run["artifacts"]
+    # artifacts live next to the store under the data root, not in ./mlruns of the working directory
+    assert list((upstream / "mlflow" / "artifacts").rglob("loss_curve.png"))
     model, tok = load_model_for_eval(manifest)
     assert model.config.vocab_size == len(tok)
 
