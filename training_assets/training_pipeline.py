@@ -106,12 +106,8 @@ def run_sft_pipeline(config: TrainConfig, *, traces: Iterable[Any] | None = None
                          "SFT needs successful traces with assistant turns")
     data = {"examples": len(examples), "skipped": len(skipped), "skipped_examples": [list(s) for s in skipped[:20]],
             "version": fingerprint([e.get("id") for e in examples], [e.get("n_tokens") for e in examples])}
-    plan = trainer.plan(examples)
-    result = trainer.train(examples)
-    manifest = write_run_manifest(result, config, "sft_checkpoint", {"sft_examples": data["version"]})
-    evaluation, deployment = _evaluate_and_register(config, eval_cases, registry, deploy, checkpoint_id)
-    return PipelineReport(data=data, plan=plan.to_dict(), train=result.train_summary(), checkpoint=manifest,
-                          eval=evaluation, deployment=deployment)
+    return _train_evaluate_register(trainer, examples, data, config, "sft_checkpoint", {"sft_examples": data["version"]},
+                                    eval_cases, registry, deploy, checkpoint_id)
 
 
 def run_pretrain_pipeline(config: TrainConfig, *, texts: Iterable[str] | None = None, root: str | None = None,
@@ -133,9 +129,17 @@ def run_pretrain_pipeline(config: TrainConfig, *, texts: Iterable[str] | None = 
     windows = [dict(zip(packed.columns(), row)) for row in zip(*(a.tolist() for a in packed.columns().values()))]
     data = {"documents": packed.n_docs, "windows": packed.n_windows, "tokens": packed.n_tokens,
             "version": fingerprint(json.dumps(docs))}
-    plan = trainer.plan(windows)
-    result = trainer.train(windows)
-    manifest = write_run_manifest(result, config, "base_checkpoint", {"corpus": data["version"]})
+    return _train_evaluate_register(trainer, windows, data, config, "base_checkpoint", {"corpus": data["version"]},
+                                    eval_cases, registry, deploy, checkpoint_id)
+
+
+def _train_evaluate_register(trainer: Any, examples: list, data: dict[str, Any], config: TrainConfig, asset: str,
+                             data_versions: dict[str, str], eval_cases: Any, registry: Any, deploy: Any,
+                             checkpoint_id: str | None) -> PipelineReport:
+    """The shared tail of every pipeline: plan → train → manifest → eval → register → report."""
+    plan = trainer.plan(examples)
+    result = trainer.train(examples)
+    manifest = write_run_manifest(result, config, asset, data_versions)
     evaluation, deployment = _evaluate_and_register(config, eval_cases, registry, deploy, checkpoint_id)
     return PipelineReport(data=data, plan=plan.to_dict(), train=result.train_summary(), checkpoint=manifest,
                           eval=evaluation, deployment=deployment)

@@ -71,21 +71,20 @@ def decide_gate(metrics: Mapping[str, float], thresholds: GateThresholds,
             failures.append(f"pass_rate/{category} {value:.3f} < min {minimum:.3f}")
         else:
             checked.append(f"pass_rate/{category} {value:.3f} >= {minimum:.3f}")
-    if thresholds.max_bits_per_byte is not None:
-        bpb = {k: v for k, v in metrics.items() if k.endswith("bits_per_byte")}
-        if not bpb:
-            failures.append("max_bits_per_byte is set but no perplexity task ran (is lm-eval installed?)")
-        for key, value in sorted(bpb.items()):
-            (failures if value > thresholds.max_bits_per_byte else checked).append(
-                f"{key} {value:.3f} {'>' if value > thresholds.max_bits_per_byte else '<='} max {thresholds.max_bits_per_byte}")
-    if thresholds.max_bpb_vs_uniform is not None:
-        ratios = {k: v for k, v in metrics.items() if k.endswith("bpb_vs_uniform")}
-        if not ratios:
-            failures.append("max_bpb_vs_uniform is set but no perplexity task ran (is lm-eval installed?)")
-        for key, value in sorted(ratios.items()):
-            (failures if value > thresholds.max_bpb_vs_uniform else checked).append(
-                f"{key} {value:.3f} {'>' if value > thresholds.max_bpb_vs_uniform else '<='} max "
-                f"{thresholds.max_bpb_vs_uniform} (1.0 = a uniform guess over the vocabulary)")
+    perplexity_ceilings = (  # (threshold name, metric suffix, note on the scale)
+        ("max_bits_per_byte", "bits_per_byte", ""),
+        ("max_bpb_vs_uniform", "bpb_vs_uniform", " (1.0 = a uniform guess over the vocabulary)"),
+    )
+    for name, suffix, note in perplexity_ceilings:
+        ceiling = getattr(thresholds, name)
+        if ceiling is None:
+            continue
+        measured = {k: v for k, v in metrics.items() if k.endswith(suffix)}
+        if not measured:
+            failures.append(f"{name} is set but no perplexity task ran (is lm-eval installed?)")
+        for key, value in sorted(measured.items()):
+            (failures if value > ceiling else checked).append(
+                f"{key} {value:.3f} {'>' if value > ceiling else '<='} max {ceiling}{note}")
     compared = set(thresholds.regression_metrics) if thresholds.regression_metrics is not None else None
     for key, old in sorted((baseline or {}).items()):
         new = metrics.get(key)
