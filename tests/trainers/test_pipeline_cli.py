@@ -61,3 +61,21 @@ def test_cli_train_plans_by_default_and_merges(tmp_path, capsys, tokenizer_dir, 
     assert json.loads(capsys.readouterr().out)["tensors"] > 0
     assert cli.main(["train", "dpo", "--root", str(tmp_path / "empty")]) == 2
     assert "materialise sft_checkpoint first" in capsys.readouterr().err
+
+
+def test_run_pretrain_pipeline_on_texts_with_eval_and_registration(tmp_path, tokenizer):
+    from training_assets.registry import ModelRegistry
+    from training_assets.trainers.eval_hooks import cases_from_held_out
+    from training_assets.training_pipeline import DeploymentTarget, run_pretrain_pipeline
+
+    config = TrainConfig(output_dir=str(tmp_path / "base"), max_steps=2, batch_size=2, max_seq_len=64)
+    texts = [f"The tool returned {n}. The answer is {n}." for n in range(40)] + [""]
+    cases = cases_from_held_out([{"id": "1", "prompt": "What is 2 plus 2?", "answer": "4", "category": "math"}])
+    registry = ModelRegistry(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    report = run_pretrain_pipeline(config, texts=texts, eval_cases=cases, tokenizer=tokenizer, registry=registry,
+                                   deploy=DeploymentTarget(role="base", served_model_name="base"), checkpoint_id="base-v1")
+    assert report.data["documents"] == 40 and report.data["windows"] > 0  # the empty text is skipped
+    assert report.plan["planned_steps"] == 2 and len(report.train["losses"]) == 2
+    assert report.checkpoint["kind"] == "full"
+    assert report.eval["n_cases"] == 1 and report.deployment["role"] == "base"
+    assert registry.pick_for_role("base").role == "base"
