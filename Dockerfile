@@ -30,7 +30,8 @@ WORKDIR /opt/dagster/app
 COPY pyproject.toml README.md ./
 COPY training_assets ./training_assets
 COPY kernels ./kernels
-RUN pip install ".[${EXTRAS}]"
+# editable: definitions.py finds the project (pyproject [tool.dg]) next to the package
+RUN pip install -e ".[${EXTRAS}]"
 ENV DAGSTER_HOME=/opt/dagster/dagster_home TRAINING_ASSETS_DATA=/data \
     NUMBA_CACHE_DIR=/opt/dagster/storage/numba_cache HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 COPY deploy/dagster.yaml deploy/workspace.yaml /opt/dagster/dagster_home/

@@ -45,7 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernels import dedup as K  # noqa: E402
+from training_assets_kernels import dedup as K  # noqa: E402
 from training_assets.data_engine import dedup  # noqa: E402
 from training_assets.data_engine.dedup import (  # noqa: E402
     DedupParams,

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
-from kernels import losses as K  # noqa: E402
+from training_assets_kernels import losses as K  # noqa: E402
 from training_assets.trainers import numba_ops, objectives  # noqa: E402
 
 

@@ -1,9 +1,13 @@
 """Dagster entry point: ``training_assets.definitions:defs``.
 
     DAGSTER_HOME=$PWD/dagster_home dagster dev -m training_assets.definitions -h 127.0.0.1
+
+Everything under ``training_assets/defs/`` is discovered by Dagster's own loader, configured by
+the ``[tool.dg]`` section of ``pyproject.toml`` (the project root is this package's parent).
 """
 
-from training_assets.defs import load_stage_definitions
-from training_assets.defs.resources import default_resources
+from pathlib import Path
 
-defs = load_stage_definitions(default_resources())
+import dagster as dg
+
+defs = dg.load_from_defs_folder(path_within_project=Path(__file__).resolve().parent)

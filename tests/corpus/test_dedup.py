@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from kernels import reference as R
+from training_assets_kernels import reference as R
 from training_assets.data_engine import dedup, lsh_params
 from training_assets.data_engine.dedup import collision_probability, row_agreement
 

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from kernels import dedup as K
-from kernels import reference as R
+from training_assets_kernels import dedup as K
+from training_assets_kernels import reference as R
 from training_assets.data_engine.dedup import pack_texts
 
 WORDS = ["alpha", "Beta", "GAMMA", "délta", "ε", "日本語", "x", "42", "a-b", "naïve", "the", "The"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import losses as K
+from training_assets_kernels import losses as K
 from training_assets.trainers import objectives
 
 RTOL, ATOL = 1e-5, 1e-7

@@ -29,8 +29,9 @@ def test_asset_graph_deps_and_tags():
         spec = getattr(assets, name)
         assert {k.to_user_string() for k in spec.asset_deps[dg.AssetKey(name)]} == deps, name
     assert assets.base_checkpoint.op.tags["training_assets/resource"] == "accelerator"
-    (job,) = assets.training_defs.jobs
-    assert job.name == "training_job" and job.tags["training_assets/resource"] == "accelerator"
+    from training_assets.defs.training.jobs import training_job
+
+    assert training_job.name == "training_job" and training_job.tags["training_assets/resource"] == "accelerator"
 
 
 def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import dedup as K
+from training_assets_kernels import dedup as K
 from training_assets.data_engine.dedup import pack_texts
 from training_assets.data_engine.filters import Dropped, normalize
 

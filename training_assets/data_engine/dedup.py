@@ -1,6 +1,6 @@
 """Exact and near-duplicate removal: content hash, then MinHash-LSH (or hyperplane-LSH cosine).
 
-Pipeline (each step a Numba kernel from ``kernels.dedup``, glued here with NumPy):
+Pipeline (each step a Numba kernel from ``training_assets_kernels.dedup`` (folder ``kernels/``), glued here with NumPy):
 
 1. exact duplicates: records with the same text collapse onto the first (hash table on content);
 2. features per unique text: word-n-gram shingle hashes, each shingle hashed once and kept in
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import dedup as K
+from training_assets_kernels import dedup as K
 from training_assets.data_engine.filters import Dropped
 
 METHODS = ("minhash", "cosine")

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kernels import dedup as K
+from training_assets_kernels import dedup as K
 from training_assets import ingest, paths
 from training_assets.data_engine.dedup import (
     DedupParams,

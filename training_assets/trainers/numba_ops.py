@@ -33,8 +33,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from kernels import losses as K
-from kernels import optim as KO
+from training_assets_kernels import losses as K
+from training_assets_kernels import optim as KO
 
 _CONSUMED = (
     "the fused numba gradient was already handed to the first backward; a second backward "
@@ -279,7 +279,7 @@ def _state_buffer(p: torch.Tensor) -> torch.Tensor:
 
 
 class NumbaAdamW(torch.optim.Optimizer):
-    """``torch.optim.AdamW`` (no amsgrad/maximize) with the per-tensor update in ``kernels.optim.adam_step``."""
+    """``torch.optim.AdamW`` (no amsgrad/maximize) with the per-tensor update in ``training_assets_kernels.optim.adam_step``."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2):
@@ -315,7 +315,7 @@ _NO_BUFFER = np.empty(0, np.float32)  # sgd_step without momentum never reads it
 
 
 class NumbaSGD(torch.optim.Optimizer):
-    """``torch.optim.SGD`` (momentum, dampening, Nesterov, weight decay) via ``kernels.optim.sgd_step``."""
+    """``torch.optim.SGD`` (momentum, dampening, Nesterov, weight decay) via ``training_assets_kernels.optim.sgd_step``."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False):

@@ -173,8 +173,3 @@ def merged_adapter(context: dg.AssetExecutionContext, config: MergeConfig, data_
     manifest = jobs.merge_job(data_root.root(), weights=[config.dpo_weight, config.grpo_weight], density=config.density,
                               dagster_run_id=context.run_id)
     return _result(manifest, None)
-
-
-training_defs = dg.Definitions(jobs=[dg.define_asset_job(
-    "training_job", selection=["base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter"],
-    tags=ACCELERATOR_TAG, description="Every checkpoint, one accelerator run at a time.")])
