@@ -181,3 +181,14 @@ def test_failure_point_past_the_end_is_invalid(tmp_path):
     t = good("fp")
     t["outcome"] = {"success": False, "failure_point": 99}
     assert [q.reason for q in read_batch(write(tmp_path, [line(t)])).quarantined] == ["invalid_value"]
+
+
+def test_schema_module_doctests():
+    import doctest
+
+    from training_assets import trace_schema
+    from training_assets.defs import metadata
+
+    for module in (trace_schema, metadata):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

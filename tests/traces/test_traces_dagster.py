@@ -54,6 +54,21 @@ def test_sensor_adds_one_partition_and_one_keyed_run_per_new_batch(instance, dat
     third, _ = tick(instance, data_root, cursor2)
     assert len(third.run_requests) == 1  # same name, new content: a new batch
     assert len(instance.get_dynamic_partitions(trace_batches.name)) == 3
+    assert not paths.batches_dir(data_root).exists()  # ticks never read or copy a batch: runs stage them
+
+
+def test_a_lost_cursor_or_a_crash_between_partitions_and_runs_neither_repeats_nor_loses_a_batch(instance, data_root):
+    drop_samples(data_root, n_batches=2)
+    first, _ = tick(instance, data_root)
+    done, pending = [r.partition_key for r in first.run_requests]
+    assert materialize(instance, data_root, done).success
+    # the daemon died after adding both partitions but before launching the second run, and the
+    # cursor was not saved: the next tick requests a run for the pending batch only
+    again, _ = tick(instance, data_root, cursor=None)
+    assert [r.partition_key for r in again.run_requests] == [pending]
+    assert again.dynamic_partitions_requests[0].partition_keys == []  # already a partition
+    assert materialize(instance, data_root, pending).success
+    assert isinstance(tick(instance, data_root, cursor=None)[0], dg.SkipReason)
 
 
 def test_sensor_refuses_unsafe_names(instance, data_root):
@@ -105,6 +120,44 @@ def test_rematerialising_gives_the_same_data_version(instance, data_root):
     first = version()
     materialize(instance, data_root, key)
     assert version() == first
+
+
+def test_an_unsafe_partition_key_fails_the_run_with_a_clear_error(instance, data_root):
+    instance.add_dynamic_partitions(trace_batches.name, ["x..y"])
+    result = materialize(instance, data_root, "x..y")
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "partition key 'x..y' is not a safe batch id" in failure.event_specific_data.error.cause.message
+
+
+def test_untrusted_trace_ids_show_as_text_in_the_metadata(instance, data_root):
+    evil = "t[click](javascript:alert(1))<img src=x onerror=alert(2)>"
+    trace = {"trace_id": evil, "task_id": "t", "messages": [{"role": "user", "content": "hi"},
+                                                          {"role": "assistant", "content": "hello"}],
+             "outcome": {"success": True}}
+    inbox_dir = paths.inbox_dir(data_root)
+    inbox_dir.mkdir(parents=True)
+    (inbox_dir / "evil.jsonl").write_text(json.dumps(trace) + "\n")
+    tick(instance, data_root)
+    (key,) = instance.get_dynamic_partitions(trace_batches.name)
+    assert materialize(instance, data_root, key).success
+    meta = instance.get_latest_materialization_event(dg.AssetKey("raw_traces")).asset_materialization.metadata
+    preview = meta["preview"]
+    assert isinstance(preview, dg.TableMetadataValue)
+    assert preview.records[0].data["trace_id"] == evil  # a table cell: rendered as text by the UI
+    assert {c.name: c.type for c in preview.schema.columns}["line_no"] == "int"
+    assert meta["dagster/row_count"].value == 1
+    from markdown_it import MarkdownIt  # a CommonMark renderer (dagster depends on it through rich)
+
+    from training_assets.defs.metadata import md_table
+
+    renderer = MarkdownIt("commonmark").enable("table")
+    renderer.validateLink = lambda url: True  # trust nothing but the escaping: allow every link scheme
+    html = renderer.render(md_table([{"trace_id": evil}]).value)
+    assert "<a" not in html and "<img" not in html
+    assert "t[click](javascript:alert(1))&lt;img src=x onerror=alert(2)&gt;" in html  # the id, shown as text
+    unescaped = renderer.render(f"| trace_id |\n|---|\n| {evil} |")
+    assert '<a href="javascript:alert(1)">' in unescaped and "<img" in unescaped  # what escaping prevents
 
 
 def test_quarantine_rate_check_blocks_when_over_threshold(instance, data_root):

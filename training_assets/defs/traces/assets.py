@@ -1,22 +1,35 @@
-"""raw_traces: one partition per trace batch, validated into Parquet plus a quarantine."""
+"""raw_traces: one partition per trace batch, staged and validated into Parquet plus a quarantine."""
 
 import dagster as dg
 from pydantic import Field
 
 from training_assets import ingest
-from training_assets.defs.metadata import counts_table, md_table
+from training_assets.defs.metadata import counts_table, table
 from training_assets.defs.partitions import trace_batches
 from training_assets.defs.resources import DataRoot
-from training_assets.traces import DEFAULT_MAX_LINE_BYTES
+from training_assets.traces import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_LINES,
+    DEFAULT_MAX_LINE_BYTES,
+    BatchCaps,
+    check_batch_id,
+)
 
 QUARANTINE_CHECK = "quarantine_rate_within_limit"
 
 
 class RawTracesConfig(dg.Config):
-    max_line_bytes: int = Field(DEFAULT_MAX_LINE_BYTES, description="Lines longer than this are quarantined.")
+    max_line_bytes: int = Field(DEFAULT_MAX_LINE_BYTES, ge=1, description="Lines longer than this are quarantined.")
+    max_batch_bytes: int = Field(DEFAULT_MAX_BATCH_BYTES, ge=1,
+                                 description="A batch with more decompressed bytes fails (BatchError); nothing is written.")
+    max_batch_lines: int = Field(DEFAULT_MAX_BATCH_LINES, ge=1,
+                                 description="A batch with more lines fails (BatchError); nothing is written.")
     max_quarantine_rate: float = Field(
         0.25, ge=0.0, le=1.0, description="Blocking check: the share of lines quarantined must not exceed this."
     )
+
+    def caps(self) -> BatchCaps:
+        return BatchCaps(self.max_line_bytes, self.max_batch_bytes, self.max_batch_lines)
 
 
 @dg.asset(
@@ -28,14 +41,14 @@ class RawTracesConfig(dg.Config):
                                    description="Share of quarantined lines is within max_quarantine_rate.")],
 )
 def raw_traces(context: dg.AssetExecutionContext, config: RawTracesConfig, data_root: DataRoot) -> dg.MaterializeResult:
-    """Validated traces of one inbox batch (Parquet) and its quarantined lines (JSONL, with reasons)."""
-    root = data_root.root()
-    batch_id = context.partition_key
-    report = ingest.write_raw_traces(
-        batch_id, ingest.staged_batch_path(batch_id, root), ingest.raw_traces_dir(batch_id, root),
-        max_line_bytes=config.max_line_bytes,
-    )
-    context.log.info(f"{batch_id}: {report.lines} lines, {report.valid} valid, {report.quarantined} quarantined {report.reasons}")
+    """Validated traces of one inbox batch (Parquet) and its quarantined lines (JSONL, with reasons).
+
+    The run stages the inbox file first (sha256 + immutable copy under ``batches/``).
+    """
+    batch_id = check_batch_id(context.partition_key)
+    report = ingest.ingest_batch(batch_id, data_root.root(), config.caps())
+    context.log.info(f"{batch_id}: {report.lines} lines, {report.valid} valid, {report.quarantined} quarantined "
+                     f"{report.reasons}" + (f"; same content as {report.duplicate_of}: nothing new" if report.duplicate_of else ""))
     rate = report.quarantine_rate
     return dg.MaterializeResult(
         metadata={
@@ -43,8 +56,10 @@ def raw_traces(context: dg.AssetExecutionContext, config: RawTracesConfig, data_
             "valid": report.valid,
             "quarantined": report.quarantined,
             "quarantine_rate": rate,
+            "duplicate_of": report.duplicate_of or "",
             "quarantined_by_reason": counts_table(report.reasons),
-            "preview": md_table(report.preview),
+            "preview": table(report.preview),
+            "dagster/row_count": report.valid,
             "uri": dg.MetadataValue.path(str(report.output_dir)),
         },
         data_version=dg.DataVersion(report.data_version),
