@@ -2,14 +2,14 @@
 
 import pytest
 
-from training_assets import ingest, sample_traces
+from training_assets import inbox, ingest, sample_traces
 
 
 def ingest_inbox(root):
     """Stage and write every new inbox batch, as the sensor + raw_traces asset would; returns batch ids."""
-    scan = ingest.scan_inbox(known_batch_ids=ingest.materialized_batches(root), root=root)
+    scan = inbox.scan_inbox(known_batch_ids=ingest.materialized_batches(root), root=root)
     for batch in scan.new:
-        ingest.write_raw_traces(batch.batch_id, batch.path, ingest.raw_traces_dir(batch.batch_id, root))
+        ingest.ingest_batch(batch.batch_id, root)
     return [b.batch_id for b in scan.new]
 
 

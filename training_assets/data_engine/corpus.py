@@ -4,8 +4,9 @@
 Files under ``<root>/curated_corpus/`` (written whole, atomically):
 
 - ``corpus.parquet``: id, text, source, trace_id, task_id, batch_id, cluster_size, n_chars;
-- ``decisions.parquet``: one row per input record: id, source, batch_id, kept, stage, reason,
-  detail, duplicate_of, similarity (``lineage RECORD_ID`` reads it);
+- ``decisions.parquet``: one row per input record: id, source, batch_id, trace_id, task_id, kept,
+  stage, reason, detail, duplicate_of, similarity (``lineage RECORD_ID`` and the trace selection
+  read it);
 - ``buckets.parquet`` (band, key, ids; MinHash only) and ``clusters.parquet`` (id,
   representative): the stage-2 and stage-3 dedup artifacts;
 - ``dataset_version.json``: the DatasetVersion (id, inputs, config, counts, drop reasons).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,9 +61,9 @@ CORPUS_SCHEMA = pa.schema([
     ("task_id", pa.string()), ("batch_id", pa.string()), ("cluster_size", pa.int32()), ("n_chars", pa.int64()),
 ])
 DECISION_SCHEMA = pa.schema([
-    ("id", pa.string()), ("source", pa.string()), ("batch_id", pa.string()), ("kept", pa.bool_()),
-    ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()), ("duplicate_of", pa.string()),
-    ("similarity", pa.float64()),
+    ("id", pa.string()), ("source", pa.string()), ("batch_id", pa.string()), ("trace_id", pa.string()),
+    ("task_id", pa.string()), ("kept", pa.bool_()), ("stage", pa.string()), ("reason", pa.string()),
+    ("detail", pa.string()), ("duplicate_of", pa.string()), ("similarity", pa.float64()),
 ])
 
 
@@ -125,17 +127,34 @@ class CurationReport:
     data_version: str
 
 
-def gather_records(root: str | os.PathLike[str] | None, extra_sources: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Every materialised trace partition (rendered, normalised), then the extra sources."""
-    records = [r for batch_id in ingest.materialized_batches(root) for r in staged.batch_records(batch_id, root)]
+def gather_records(root: str | os.PathLike[str] | None, extra_sources: Sequence[str] = ()
+                   ) -> tuple[list[dict[str, Any]], list[Dropped]]:
+    """Every materialised trace partition (rendered, normalised), then the extra sources.
+
+    Returns (records, repeats): a trace whose id already came in an earlier batch (batches in id
+    order) is a repeat, not a new record: its record id becomes ``<trace id>@<batch id>`` and it
+    is dropped before any stage, its decision naming the batch that had it first.
+    """
+    records, repeats = [], []
+    first_batch: dict[str, str] = {}
+    for batch_id in ingest.materialized_batches(root):
+        for record in staged.batch_records(batch_id, root):
+            if record["id"] in first_batch:
+                repeats.append(Dropped(f"{record['id']}@{batch_id}", "input", "duplicate_trace_id",
+                                       f"trace id already in batch {first_batch[record['id']]}",
+                                       duplicate_of=record["id"]))
+                record = {**record, "id": repeats[-1].id}
+            else:
+                first_batch[record["id"]] = batch_id
+            records.append(record)
     for source in extra_sources:
         for record in stream_corpus(source):
             records.append({**record, "text": normalize(record["text"])})
-    return records
+    return records, repeats
 
 
 def _input_versions(root: str | os.PathLike[str] | None, extra_sources: Sequence[str]) -> dict[str, str]:
-    versions = {f"raw_traces/{b}": staged.traces_version(b, root) for b in ingest.materialized_batches(root)}
+    versions = {f"raw_traces/{b}": ingest.partition_version(b, root) for b in ingest.materialized_batches(root)}
     held = paths.asset_dir(HELD_OUT_ASSET, root) / EXAMPLES_FILE
     versions["held_out_sets"] = sha256_file(held)[:16] if held.is_file() else "none"
     versions.update({f"extra/{s}": sha256_file(s)[:16] for s in extra_sources})
@@ -147,7 +166,8 @@ def _decision_rows(records: Sequence[dict[str, Any]], dropped: Sequence[Dropped]
     rows = []
     for r in records:
         d = by_id.get(r["id"])
-        row = {"id": r["id"], "source": r.get("source"), "batch_id": r.get("batch_id"), "kept": d is None,
+        row = {"id": r["id"], "source": r.get("source"), "batch_id": r.get("batch_id"), "trace_id": r.get("trace_id"),
+               "task_id": r.get("task_id"), "kept": d is None,
                "stage": "kept", "reason": "kept", "detail": "passed every stage", "duplicate_of": None,
                "similarity": None}
         if d is not None:
@@ -160,14 +180,16 @@ def _decision_rows(records: Sequence[dict[str, Any]], dropped: Sequence[Dropped]
 def curate(root: str | os.PathLike[str] | None = None, config: CurationConfig | None = None) -> CurationReport:
     """Run the whole pipeline over the data root and write ``<root>/curated_corpus/``."""
     config = config or CurationConfig()
-    records = gather_records(root, config.extra_sources)
-    ids = [r["id"] for r in records]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
-        raise ValueError(f"curate: record ids {dup} occur more than once across batches/sources; give extra "
-                         "sources their own ids")
-    counts = {"input": len(records)}
-    kept, dropped = quality_filter(records, config.quality)
+    records, repeats = gather_records(root, config.extra_sources)
+    ids = Counter(r["id"] for r in records)
+    if len(ids) != len(records):
+        dup = sorted(i for i, n in ids.items() if n > 1)[:5]
+        raise ValueError(f"curate: record ids {dup} occur more than once across sources; give extra sources "
+                         "their own ids")
+    counts = {"input": len(records), "unique_trace_ids": len(records) - len(repeats)}
+    repeated = {d.id for d in repeats}
+    kept, dropped = quality_filter([r for r in records if r["id"] not in repeated], config.quality)
+    dropped = repeats + dropped
     counts["quality_filter"] = len(kept)
     index = build_index(load_held_out_sets(root), config.decontam_ngram, config.decontam_min_ngram)
     decon = decontaminate(kept, index, config.decontam_ngram, config.decontam_min_ngram)

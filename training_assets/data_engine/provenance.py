@@ -17,7 +17,7 @@ from training_assets.data_engine.filters import Dropped
 from training_assets.storage import fingerprint
 
 # Bump when curation logic changes what a given input produces: it is the assets' code version.
-CURATION_VERSION = "1"
+CURATION_VERSION = "2"
 
 
 @dataclass(frozen=True)

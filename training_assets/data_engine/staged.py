@@ -2,7 +2,8 @@
 
 Stage 1, per trace partition, computed once: ``<root>/minhash_signatures/<batch_id>/``
 ``signatures.parquet`` (id, content_hash, shingles list<uint64>, signature list<uint32>) and
-``meta.json`` (the parameters and the raw_traces partition version it was computed from).
+``meta.json`` (the parameters and the raw_traces partition version, ``ingest.partition_version``,
+it was computed from).
 Stage 2, buckets: every (band, band key) shared by two or more documents, a Parquet group-by
 over the stored signatures' band keys. Stage 3, clusters: verified pairs -> union-find. Stage 4,
 filter: keep the representatives.
@@ -36,7 +37,7 @@ from training_assets.data_engine.dedup import (
     pack_texts,
 )
 from training_assets.data_engine.filters import normalize
-from training_assets.data_engine.render import trace_record
+from training_assets.traces import check_batch_id
 from training_assets.storage import atomic_dir, sha256_file, write_json_atomic, write_parquet
 
 SIGNATURES_ASSET = "minhash_signatures"
@@ -56,22 +57,18 @@ def signature_params(params: DedupParams) -> dict[str, Any]:
             "hash_version": K.HASH_VERSION}
 
 
+RECORD_COLUMNS = ["trace_id", "task_id", "source", "text"]
+
+
 def partition_dir(batch_id: str, root: str | os.PathLike[str] | None = None) -> Path:
-    return paths.asset_dir(SIGNATURES_ASSET, root) / batch_id
-
-
-def traces_version(batch_id: str, root: str | os.PathLike[str] | None = None) -> str:
-    return sha256_file(ingest.raw_traces_dir(batch_id, root) / ingest.TRACES_FILE)[:16]
+    return paths.asset_dir(SIGNATURES_ASSET, root) / check_batch_id(batch_id)
 
 
 def batch_records(batch_id: str, root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """The batch's traces as normalised corpus records."""
-    records = []
-    for trace in ingest.load_traces([batch_id], root):
-        record = trace_record(trace, batch_id)
-        record["text"] = normalize(record["text"])
-        records.append(record)
-    return records
+    """The batch's traces as normalised corpus records, from the columns raw_traces stored (no parsing)."""
+    table = ingest.read_traces_table([batch_id], root, columns=RECORD_COLUMNS)
+    return [{"id": r["trace_id"], "text": normalize(r["text"]), "source": r["source"] or "traces",
+             "trace_id": r["trace_id"], "task_id": r["task_id"], "batch_id": batch_id} for r in table.to_pylist()]
 
 
 def shingles_and_signatures(texts: Sequence[str], params: DedupParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,8 +96,8 @@ def write_partition_signatures(batch_id: str, params: DedupParams, root: str | o
         raise ValueError(f"staged dedup stores MinHash signatures; method {params.method!r} runs in memory only")
     records = batch_records(batch_id, root)
     table = signature_table(records, params)
-    meta = {"batch_id": batch_id, "params": signature_params(params), "traces_version": traces_version(batch_id, root),
-            "documents": len(records)}
+    meta = {"batch_id": batch_id, "params": signature_params(params),
+            "traces_version": ingest.partition_version(batch_id, root), "documents": len(records)}
     with atomic_dir(partition_dir(batch_id, root)) as tmp:
         write_parquet(tmp / SIGNATURES_FILE, table)
         write_json_atomic(tmp / META_FILE, meta)
@@ -117,7 +114,7 @@ def stored_partition(batch_id: str, params: DedupParams, root: str | os.PathLike
     meta = json.loads((folder / META_FILE).read_text())
     if meta.get("params") != signature_params(params):
         return None, f"staged with {meta.get('params')}, need {signature_params(params)}"
-    if meta.get("traces_version") != traces_version(batch_id, root):
+    if meta.get("traces_version") != ingest.partition_version(batch_id, root):
         return None, "raw_traces partition changed since signatures were staged"
     return pq.read_table(folder / SIGNATURES_FILE), "stored"
 

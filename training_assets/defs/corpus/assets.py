@@ -1,6 +1,13 @@
-"""held_out_sets, minhash_signatures[batch] and curated_corpus: the curation stage."""
+"""held_out_sets, minhash_signatures[batch] and curated_corpus: the curation stage.
+
+The MinHash shingling (``ngram``, ``num_perm``, ``seed``) that ``minhash_signatures`` stores and
+``curated_corpus`` must match to reuse those signatures is declared once, as the ``minhash``
+resource (``resources.MinhashShingling``): both assets read the same instance, so they cannot
+disagree.
+"""
 
 import glob
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -8,9 +15,11 @@ from pydantic import Field
 from training_assets import data_engine
 from training_assets.data_engine import staged
 from training_assets.data_engine.decontam import DEFAULT_MIN_NGRAM, DEFAULT_NGRAM
-from training_assets.defs.metadata import counts_table, figure_png, md_table, png_markdown
+from training_assets.defs.corpus.resources import DEDUP_DEFAULTS, MinhashShingling
+from training_assets.defs.metadata import counts_table, figure_png, png_markdown, table
 from training_assets.defs.partitions import trace_batches
 from training_assets.defs.resources import DataRoot
+from training_assets.traces import check_batch_id
 
 NO_OVERLAP_CHECK = "no_held_out_overlap"
 DEDUP_RATE_CHECK = "dedup_rate_within_bounds"
@@ -34,37 +43,31 @@ def held_out_sets(config: HeldOutSetsConfig, data_root: DataRoot) -> dg.Material
     info = data_engine.write_held_out_sets(files, root, config.fields)
     return dg.MaterializeResult(
         metadata={"examples": info["examples"], "per_set": counts_table(info["per_set"], "eval_set", "examples"),
-                  "files": md_table([{"file": f} for f in files]), "uri": dg.MetadataValue.path(info["uri"])},
+                  "files": table([{"file": f} for f in files], ["file"]), "dagster/row_count": info["examples"],
+                  "uri": dg.MetadataValue.path(info["uri"])},
         data_version=dg.DataVersion(info["data_version"]),
     )
 
 
-class DedupSettings(dg.Config):
-    ngram: int = Field(5, ge=1, description="Words per MinHash shingle.")
-    num_perm: int = Field(128, ge=2, description="MinHash permutations per signature.")
-    seed: int = Field(42, description="Seed of the MinHash permutations.")
-
-
 @dg.asset(partitions_def=trace_batches, group_name="corpus", code_version=data_engine.CURATION_VERSION,
           deps=["raw_traces"], kinds={"parquet", "numba"})
-def minhash_signatures(context: dg.AssetExecutionContext, config: DedupSettings, data_root: DataRoot
+def minhash_signatures(context: dg.AssetExecutionContext, minhash: MinhashShingling, data_root: DataRoot
                        ) -> dg.MaterializeResult:
     """Stage 1 of staged dedup: MinHash signatures and shingle sets of one batch, computed once."""
-    params = data_engine.DedupParams(ngram=config.ngram, num_perm=config.num_perm, seed=config.seed)
-    info = staged.write_partition_signatures(context.partition_key, params, data_root.root())
+    batch_id = check_batch_id(context.partition_key)
+    info = staged.write_partition_signatures(batch_id, minhash.params(), data_root.root())
     return dg.MaterializeResult(
-        metadata={"documents": info["documents"], "params": info["params"], "uri": dg.MetadataValue.path(info["uri"])},
+        metadata={"documents": info["documents"], "params": info["params"], "dagster/row_count": info["documents"],
+                  "uri": dg.MetadataValue.path(info["uri"])},
         data_version=dg.DataVersion(info["data_version"]),
     )
 
 
 class CuratedCorpusConfig(dg.Config):
-    method: str = Field("minhash", description="Near-dup method: 'minhash' (Jaccard of word n-grams) or 'cosine'.")
-    threshold: float = Field(0.8, gt=0.0, le=1.0,
+    method: Literal["minhash", "cosine"] = Field(
+        "minhash", description="Near-dup method: 'minhash' (Jaccard of word n-grams) or 'cosine'. Shingling: the minhash resource.")
+    threshold: float = Field(DEDUP_DEFAULTS["threshold"], gt=0.0, le=1.0,
                              description="Similarity at or above which two records are duplicates.")
-    ngram: int = Field(5, ge=1, description="Words per MinHash shingle (must match minhash_signatures to reuse them).")
-    num_perm: int = Field(128, ge=2, description="MinHash permutations (must match minhash_signatures).")
-    seed: int = Field(42, description="Seed of the permutations (must match minhash_signatures).")
     decontam_ngram: int = Field(DEFAULT_NGRAM, ge=1,
                                 description="n of the held-out n-gram index (13 prose, 8-10 code).")
     decontam_min_ngram: int = Field(DEFAULT_MIN_NGRAM, ge=1,
@@ -78,10 +81,10 @@ class CuratedCorpusConfig(dg.Config):
     max_dedup_rate: float = Field(0.5, ge=0.0, le=1.0,
                                   description="Blocking check: highest acceptable share (more means a broken source).")
 
-    def to_library(self) -> data_engine.CurationConfig:
+    def to_library(self, minhash: MinhashShingling) -> data_engine.CurationConfig:
         return data_engine.CurationConfig(
             quality=data_engine.QualityConfig(min_chars=self.min_chars, max_chars=self.max_chars),
-            dedup=data_engine.DedupParams(self.method, self.threshold, self.num_perm, self.ngram, self.seed),
+            dedup=minhash.params(self.method, self.threshold),
             decontam_ngram=self.decontam_ngram, decontam_min_ngram=self.decontam_min_ngram,
             extra_sources=tuple(self.extra_sources))
 
@@ -114,17 +117,18 @@ def _cluster_plot(sizes: dict[int, int]) -> dg.MetadataValue:
                           description="The share of records removed by dedup is within [min_dedup_rate, max_dedup_rate]."),
     ],
 )
-def curated_corpus(context: dg.AssetExecutionContext, config: CuratedCorpusConfig, data_root: DataRoot
-                   ) -> dg.MaterializeResult:
+def curated_corpus(context: dg.AssetExecutionContext, config: CuratedCorpusConfig, minhash: MinhashShingling,
+                   data_root: DataRoot) -> dg.MaterializeResult:
     """Traces rendered to text, normalised, quality-filtered, decontaminated and deduplicated, with a
     decision (kept, or dropped with the reason and duplicate-of) for every input record."""
-    report = data_engine.curate(data_root.root(), config.to_library())
+    report = data_engine.curate(data_root.root(), config.to_library(minhash))
     context.log.info(f"curation: {report.stage_counts}; signatures {report.store_report}")
     rate = report.dedup_stats["dedup_rate"]
     rate_ok = config.min_dedup_rate <= rate <= config.max_dedup_rate
     return dg.MaterializeResult(
         metadata={
             "records": report.stage_counts["dedup"],
+            "dagster/row_count": report.stage_counts["dedup"],
             "counts_per_stage": counts_table(report.stage_counts, "stage", "records left"),
             "drop_reasons": counts_table(report.drop_reasons),
             "cluster_sizes": _cluster_plot(report.cluster_sizes),
