@@ -17,7 +17,7 @@ ASSET_KEYS = sorted([
     "raw_traces",
     "held_out_sets", "minhash_signatures", "curated_corpus",
     "tokenizer",
-    "sft_dataset", "preference_pairs", "grpo_groups", "pretrain_windows",
+    "selected_traces", "sft_dataset", "preference_pairs", "grpo_groups", "pretrain_windows",
     "base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter",
     "sft_eval_report", "dpo_eval_report", "grpo_eval_report", "merged_eval_report",
     "registry_entry",
@@ -37,6 +37,14 @@ def test_every_asset_is_reachable_from_the_traces():
 
 def test_asset_key_snapshot():
     assert sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()) == ASSET_KEYS
+
+
+def test_every_training_dataset_reads_the_one_selection_of_traces():
+    graph = defs.resolve_asset_graph()
+    for name in ("sft_dataset", "preference_pairs", "grpo_groups"):
+        parents = {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}
+        assert "selected_traces" in parents and "raw_traces" not in parents, (name, parents)
+    assert {k.to_user_string() for k in graph.get(dg.AssetKey("selected_traces")).parent_keys} == {"raw_traces", "curated_corpus"}
 
 
 def test_sensor_and_partitions_are_named_as_the_contract_says():

@@ -292,6 +292,30 @@ class TokenizerReport:
     end_of_turn_masked: tuple[bool, str] = (False, "")
 
 
+def tokenizer_key(corpus_version: str, config: TokenizerConfig) -> dict[str, Any]:
+    """What a trained tokenizer depends on: (corpus version, config, tokenizer code version)."""
+    return {"corpus_version": corpus_version, "config": asdict(config), "code_version": TOKENIZER_VERSION}
+
+
+def _reusable(output_dir: Path, key: dict[str, Any]) -> bool:
+    previous = _read_metadata(output_dir)
+    return bool(previous and previous.get("key") == key and (output_dir / "tokenizer.json").is_file()
+                and previous.get("tokenizer_hash") == _hash_without_metadata(output_dir))
+
+
+def plan_tokenizer(rows: Sequence[dict[str, str]], corpus_version: str, config: TokenizerConfig,
+                   output_dir: Path) -> dict[str, Any]:
+    """What ``build_tokenizer`` would do, without training: the key, whether the existing folder
+    would be reused, and the rows and characters it would train on (``max_chars`` applied)."""
+    key = tokenizer_key(corpus_version, config)
+    held_back = split_held_back([r["id"] for r in rows], config.held_back_fraction, config.seed)
+    chars = sum(len(r["text"]) for r in rows if r["id"] not in held_back)
+    return {"output_dir": str(output_dir), "key": key, "would_reuse": _reusable(output_dir, key),
+            "vocab_size": config.vocab_size, "min_frequency": config.min_frequency,
+            "train_rows": len(rows) - len(held_back), "held_back_rows": len(held_back),
+            "corpus_chars": chars, "train_chars": min(chars, config.max_chars)}
+
+
 def build_tokenizer(
     rows: Sequence[dict[str, str]], corpus_version: str, config: TokenizerConfig, output_dir: Path
 ) -> TokenizerReport:
@@ -300,13 +324,11 @@ def build_tokenizer(
     The key is (corpus version, config, tokenizer code version): the same key with intact files
     reuses the folder instead of retraining.
     """
-    key = {"corpus_version": corpus_version, "config": asdict(config), "code_version": TOKENIZER_VERSION}
+    key = tokenizer_key(corpus_version, config)
     held_back = split_held_back([r["id"] for r in rows], config.held_back_fraction, config.seed)
     train_rows = [r for r in rows if r["id"] not in held_back]
     held_texts = [r["text"] for r in rows if r["id"] in held_back]
-    previous = _read_metadata(output_dir)
-    reused = bool(previous and previous.get("key") == key and (output_dir / "tokenizer.json").is_file()
-                  and previous.get("tokenizer_hash") == _hash_without_metadata(output_dir))
+    reused = _reusable(output_dir, key)
     if reused:
         tokenizer = _load_folder(output_dir)
     else:

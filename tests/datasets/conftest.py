@@ -1,7 +1,8 @@
 """Fixtures: hand-made traces, and a data root holding every upstream asset the datasets read.
 
 The sample root is built once per session: sample traces ingested into ``raw_traces``,
-``held_out_sets`` and ``curated_corpus`` through the data engine, and a small tokenizer.
+``held_out_sets``, ``curated_corpus`` and ``selected_traces`` through the library, and a small
+tokenizer.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from training_assets import data_engine, ingest, sample_traces, tokenizer_trainer
+from training_assets import data_engine, inbox, ingest, sample_traces, tokenizer_trainer
 from training_assets.traces import Trace
+from training_assets.training_data import selection
 
 SYSTEM = "You solve tasks with tools."
 
@@ -46,10 +48,11 @@ def make_trace():
 
 def build_sample_root(root: Path, seed: int = 0, vocab_size: int = 1024) -> Path:
     sample_traces.write_samples(root, seed=seed)
-    for staged in ingest.scan_inbox(root=root).new:
-        ingest.write_raw_traces(staged.batch_id, staged.path, ingest.raw_traces_dir(staged.batch_id, root))
+    for batch in inbox.scan_inbox(root=root).new:
+        ingest.ingest_batch(batch.batch_id, root)
     data_engine.write_held_out_sets(sorted((root / "held_out").glob("*.jsonl")), root)
     data_engine.curate(root)
+    selection.select_traces(root)
     rows = data_engine.load_curated_corpus(root).select(["id", "text"]).to_pylist()
     tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), tokenizer_trainer.TokenizerConfig(vocab_size),
                                       tokenizer_trainer.tokenizer_dir(root))
@@ -58,5 +61,5 @@ def build_sample_root(root: Path, seed: int = 0, vocab_size: int = 1024) -> Path
 
 @pytest.fixture(scope="session")
 def sample_root(tmp_path_factory) -> Path:
-    """A data root with raw_traces, held_out_sets, curated_corpus and tokenizer (read-only for tests)."""
+    """A data root with raw_traces, held_out_sets, curated_corpus, selected_traces and tokenizer (read-only)."""
     return build_sample_root(tmp_path_factory.mktemp("sample") / "data")

@@ -132,3 +132,41 @@ def test_attempts_that_never_answer_are_skipped_not_trained_on(make_trace):
     assert ("e-a1", "empty completion") in groups.skipped and len(groups[0]["completions"]) == 2
     pairs = build_preference_pairs(traces)
     assert [r["id"] for r in pairs] == ["e-a0>e-a2"]
+
+
+def _three_forms(traces):
+    """The same traces as Trace objects, plain trace-schema dicts (the seed's form) and raw_traces rows."""
+    from training_assets.ingest import trace_row
+
+    dicts = [t.model_dump(mode="json", exclude_none=True) for t in traces]
+    rows = [trace_row("batch-x", i + 1, t) for i, t in enumerate(traces)]
+    return traces, dicts, rows
+
+
+def test_builders_take_plain_trace_dicts_and_raw_rows_as_well_as_trace_objects(make_trace):
+    import training_assets.training_data as td
+
+    traces = [make_trace("p", 0, True, 1.0), make_trace("p", 1, False, 0.0, answer="41"),
+              make_trace("p", 2, False, 0.2, answer="40", failure_point=4), make_trace("q", 0, True)]
+    objects, dicts, rows = _three_forms(traces)
+    assert all(isinstance(d, dict) and isinstance(d["messages"][0], dict) for d in dicts)
+    sft = [td.build_sft_examples(form) for form in (objects, dicts, rows)]
+    pairs = [td.build_preference_pairs(form) for form in (objects, dicts, rows)]
+    groups = [td.build_grpo_groups(form) for form in (objects, dicts, rows)]
+    for results in (sft, pairs, groups):
+        plain = [[{k: v for k, v in r.items() if k != "source_batches"} for r in res] for res in results]
+        assert plain[0] == plain[1] == plain[2] and len(plain[0]) > 0
+        assert all(r["source_batches"] == [] for r in results[1]) and all(r["source_batches"] == ["batch-x"] for r in results[2])
+    assert [r["id"] for r in sft[1]] == ["p-a0", "q-a0"]
+
+
+def test_a_dict_that_does_not_fit_the_trace_schema_is_a_clear_error(make_trace):
+    import training_assets.training_data as td
+
+    good = make_trace("p", 0, True).model_dump(mode="json", exclude_none=True)
+    bad = {**good, "trace_id": "broken-1"}
+    del bad["outcome"]
+    with pytest.raises(ValueError, match=r"trace 1 \(broken-1\) does not fit the trace schema: missing_field: outcome"):
+        td.build_sft_examples([good, bad])
+    sharegpt = {"conversations": [{"from": "human", "value": "Say hi"}, {"from": "gpt", "value": "hi"}]}
+    assert len(td.build_sft_examples([sharegpt])) == 1  # the other accepted shapes convert as on ingest

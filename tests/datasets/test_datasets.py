@@ -13,8 +13,10 @@ from training_assets.training_data import (
     load_grpo_groups,
     load_preference_pairs,
     load_pretrain_windows,
+    load_selection_decisions,
     load_sft_dataset,
     pipeline,
+    selection_version,
 )
 
 BUILDERS = {
@@ -24,10 +26,10 @@ BUILDERS = {
     "pretrain_windows": pipeline.build_pretrain_dataset,
 }
 COLUMNS = {
-    "sft_dataset": {"id", "task_id", "messages", "input_ids", "assistant_mask", "n_tokens"},
-    "preference_pairs": {"id", "task_id", "prompt", "chosen", "rejected", "failure_point"},
-    "grpo_groups": {"group_id", "prompt", "completions", "rewards", "advantages", "expected_answer"},
-    "pretrain_windows": {"input_ids", "position_ids", "doc_ids", "labels"},
+    "sft_dataset": {"id", "task_id", "messages", "input_ids", "assistant_mask", "n_tokens", "source_batches"},
+    "preference_pairs": {"id", "task_id", "prompt", "chosen", "rejected", "failure_point", "source_batches"},
+    "grpo_groups": {"group_id", "prompt", "completions", "rewards", "advantages", "expected_answer", "source_batches"},
+    "pretrain_windows": {"input_ids", "position_ids", "doc_ids", "labels", "source_batches"},
 }
 
 
@@ -59,7 +61,12 @@ def test_held_out_tasks_planted_in_the_traces_do_not_reach_any_dataset(built):
     held = {e.text for e in pipeline.held_out_lib.held_out_examples(root)}
     texts = [r["messages"] for r in load_sft_dataset(root)] + [r["prompt"] for r in load_grpo_groups(root)]
     assert not [t for t in texts for h in held if h in t]
-    assert reports["sft_dataset"].info.stats["selection_skipped"]["held-out overlap"] == 2
+    decisions = load_selection_decisions(root).to_pylist()
+    contaminated = {d["trace_id"] for d in decisions if d["reason"] == "held_out_overlap"}
+    assert len(contaminated) == 2 and not any(d["kept"] for d in decisions if d["trace_id"] in contaminated)
+    used = {r["id"] for r in load_sft_dataset(root)} | {i for r in load_preference_pairs(root) for i in r["id"].split(">")}
+    assert not used & contaminated
+    assert reports["sft_dataset"].info.key["selected_traces_version"] == selection_version(root)
 
 
 def test_same_inputs_give_byte_identical_files_and_versions(built, sample_root, tmp_path):
@@ -120,12 +127,20 @@ def test_cli_explains_a_missing_tokenizer(tmp_path, capsys):
     assert code == 2 and "tokenizer" in capsys.readouterr().err
 
 
-def test_cli_trains_the_tokenizer_and_reuses_it(built, capsys):
+def test_cli_plans_the_tokenizer_then_trains_it_with_execute_and_reuses_it(built, capsys):
     root, _ = built
-    code = cli.main(["train-tokenizer", "--root", str(root), "--vocab-size", "800", "--json"])
+    before = tokenizer_trainer.tokenizer_hash(root)
+    assert cli.main(["train-tokenizer", "--root", str(root), "--vocab-size", "800", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert not plan["would_reuse"] and plan["vocab_size"] == 800 and plan["train_rows"] > 0
+    assert plan["train_chars"] <= plan["corpus_chars"] and plan["key"]["config"]["vocab_size"] == 800
+    assert tokenizer_trainer.tokenizer_hash(root) == before  # planning trained nothing
+    code = cli.main(["train-tokenizer", "--root", str(root), "--vocab-size", "800", "--execute", "--json"])
     first = json.loads(capsys.readouterr().out)
     assert code == 0 and all(first["checks"].values()) and not first["reused"] and first["vocab_size"] <= 800
     assert cli.main(["train-tokenizer", "--root", str(root), "--vocab-size", "800", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["would_reuse"]
+    assert cli.main(["train-tokenizer", "--root", str(root), "--vocab-size", "800", "--execute", "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["reused"] and second["tokenizer_hash"] == first["tokenizer_hash"]
 
@@ -136,3 +151,12 @@ def test_held_out_overlap_check_catches_a_prompt_inside_json_messages(built):
     leaked = json.dumps([{"role": "user", "content": held[0].text}, {"role": "assistant", "content": "ok"}])
     outcome = pipeline.held_out_overlap_check({"leak": pipeline.messages_plain_text(leaked), "fine": "nothing shared"}, held)
     assert not outcome.passed and [o["id"] for o in outcome.details["overlaps"]] == ["leak"]
+
+
+def test_cli_select_traces_reports_every_decision(built, capsys):
+    root, reports = built
+    assert cli.main(["select-traces", "--root", str(root), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["data_version"] == reports["sft_dataset"].info.key["selected_traces_version"]  # same inputs
+    assert payload["counts"]["kept"] + payload["counts"]["dropped"] == payload["counts"]["traces"]
+    assert payload["by_reason"]["decontaminate/held_out_overlap (dropped)"] == 2

@@ -59,3 +59,27 @@ def test_composite_reward_explains_itself_and_rejects_unknown_components():
         compose_reward({"vibes": 1.0})
     with pytest.raises(ValueError, match="needs the `success` column"):
         score_reward(completions, {"success": 1.0})
+
+
+def test_cli_compose_reward_scores_traces_and_completions_per_component(tmp_path, capsys, make_trace):
+    import json
+
+    from training_assets import cli
+
+    trace = make_trace("t", 0, True, 1.0).model_dump(mode="json", exclude_none=True)
+    rows = [json.dumps(trace), json.dumps({"id": "c1", "completion": "The answer is 7.", "success": False,
+                                           "expected_answer": "7"}), "not json"]
+    path = tmp_path / "scored.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    assert cli.main(["compose-reward", str(path), "--weights", "success=1", "answer=0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by_id = {r["id"]: r for r in out["rows"]}
+    assert by_id["t-a0"] == {"id": "t-a0", "total": 1.5, "success": 1.0, "answer": 1.0}
+    assert by_id["c1"] == {"id": "c1", "total": 0.5, "success": 0.0, "answer": 1.0}
+    assert out["skipped"][0]["line_no"] == 3 and "Expecting value" in out["skipped"][0]["reason"]
+    assert out["mean"] == {"answer": 1.0, "success": 0.5}
+    assert cli.main(["compose-reward", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "2 completions scored, 1 lines skipped" in text and "t-a0" in text
+    assert cli.main(["compose-reward", str(path), "--weights", "nonsense=1"]) == 2
+    assert "unknown reward components" in capsys.readouterr().err

@@ -1,11 +1,14 @@
-"""Verbs: ``train-tokenizer``, ``build-dataset {sft,dpo,grpo,pretrain}``.
+"""Verbs: ``select-traces``, ``train-tokenizer``, ``build-dataset {sft,dpo,grpo,pretrain}``.
 
-    training-assets train-tokenizer --vocab-size 2048 --json
+    training-assets select-traces --json                       # the per-trace selection SFT/DPO/GRPO read
+    training-assets train-tokenizer --vocab-size 2048          # plan only: what would be trained
+    training-assets train-tokenizer --vocab-size 2048 --execute
     training-assets build-dataset sft --max-tokens 1024
     training-assets build-dataset grpo --scale-rewards none
 
-Both read what the upstream assets wrote under the data root (``--root``, default
-``$TRAINING_ASSETS_DATA``) and write what the matching asset writes; exit 1 when a check fails.
+Each reads what the upstream assets wrote under the data root (``--root``, default
+``$TRAINING_ASSETS_DATA``) and writes what the matching asset writes; exit 1 when a check fails,
+2 on a missing input (the message names what to materialise).
 """
 
 from __future__ import annotations
@@ -19,6 +22,25 @@ from training_assets.commands import emit, fail
 KINDS = {"sft": "sft_dataset", "dpo": "preference_pairs", "grpo": "grpo_groups", "pretrain": "pretrain_windows"}
 
 
+def _select_traces(args: argparse.Namespace) -> int:
+    from training_assets.training_data import selection
+
+    root = paths.data_root(args.root)
+    try:
+        report = selection.select_traces(root, selection.SelectionConfig(args.near_duplicates))
+    except (ValueError, FileNotFoundError) as exc:
+        return fail(f"select-traces: {exc}")
+    payload = {"uri": str(report.output_dir), "data_version": report.data_version, "counts": report.counts,
+               "by_reason": report.by_reason, "by_batch": report.by_batch, "not_curated": report.not_curated}
+    lines = [f"selected_traces {report.data_version}: {report.counts['kept']} of {report.counts['traces']} traces kept "
+             f"-> {report.output_dir}"]
+    lines += [f"  {reason}: {n}" for reason, n in report.by_reason.items()]
+    if report.not_curated:
+        lines.append(f"  not curated yet (run `training-assets curate`): {', '.join(report.not_curated)}")
+    emit(args, payload, "\n".join(lines))
+    return 1 if report.not_curated else 0
+
+
 def _train_tokenizer(args: argparse.Namespace) -> int:
     from training_assets import data_engine, tokenizer_trainer
 
@@ -27,8 +49,14 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
         config = tokenizer_trainer.TokenizerConfig(args.vocab_size, args.min_frequency, args.max_chars,
                                                    args.held_back_fraction, args.seed)
         rows = data_engine.load_curated_corpus(root).select(["id", "text"]).to_pylist()
-        report = tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), config,
-                                                   tokenizer_trainer.tokenizer_dir(root))
+        version, folder = data_engine.corpus_version(root), tokenizer_trainer.tokenizer_dir(root)
+        if not args.execute:
+            plan = tokenizer_trainer.plan_tokenizer(rows, version, config, folder)
+            emit(args, {"plan": plan}, "\n".join(f"{k}: {v}" for k, v in plan.items() if k != "key")
+                 + f"\n({'the existing tokenizer would be reused' if plan['would_reuse'] else 'would train'}; "
+                   "plan only, add --execute to train)")
+            return 0
+        report = tokenizer_trainer.build_tokenizer(rows, version, config, folder)
     except (ValueError, FileNotFoundError) as exc:
         return fail(f"{exc} (data root {root}; run `training-assets curate` first if the corpus is missing)")
     checks = {
@@ -67,7 +95,8 @@ def _build_dataset(args: argparse.Namespace) -> int:
     try:
         report = _build(args.kind, root, args)
     except (ValueError, FileNotFoundError) as exc:
-        return fail(f"build-dataset {args.kind}: {exc}")
+        hint = " (training-assets select-traces)" if "selected_traces" in str(exc) else ""
+        return fail(f"build-dataset {args.kind}: {exc}{hint}")
     info = report.info
     payload = {"dataset": KINDS[args.kind], "uri": str(info.path), "rows": info.rows, "data_version": info.data_version,
                "reused": report.reused, "key": info.key, "stats": info.stats,
@@ -79,7 +108,15 @@ def _build_dataset(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("train-tokenizer", help="train the byte-level BPE tokenizer on the curated corpus")
+    p = subparsers.add_parser("select-traces", help="decide every trace for training (kept or dropped, with the reason)")
+    p.add_argument("--root", default=None, help="data root (default $TRAINING_ASSETS_DATA or ./data)")
+    p.add_argument("--near-duplicates", choices=["keep_within_task", "drop", "keep"], default="keep_within_task",
+                   help="corpus near duplicates: keep attempts at the same task (default), drop all, keep all")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.set_defaults(handler=_select_traces)
+
+    p = subparsers.add_parser("train-tokenizer", help="plan (default) or train the byte-level BPE tokenizer on the corpus")
+    p.add_argument("--execute", action="store_true", help="train (without it only the plan is printed)")
     p.add_argument("--root", default=None, help="data root (default $TRAINING_ASSETS_DATA or ./data)")
     p.add_argument("--vocab-size", type=int, default=2048, help="vocabulary size (>= 512)")
     p.add_argument("--min-frequency", type=int, default=2, help="pairs seen fewer times are never merged")

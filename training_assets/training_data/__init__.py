@@ -1,12 +1,16 @@
-"""Training data: SFT / DPO / GRPO datasets, packing and composite rewards (pure, deterministic).
+"""Training data: the trace selection, SFT / DPO / GRPO datasets, packing and composite rewards
+(pure, deterministic).
 
-Builders take validated traces and return a ``BuildResult`` (rows plus what was left out and
-why); loaders read the dataset assets back as lists of dicts. Formats: ``docs/datasets.md``.
+Builders take traces as plain dicts of the trace schema (or ``raw_traces`` rows, or ``Trace``
+objects) and return a ``BuildResult`` (rows plus what was left out and why); loaders read the
+dataset assets back as lists of dicts; ``contributing_batches`` names the trace batches a
+dataset's rows came from. Formats: ``docs/datasets.md``.
 """
 
 from training_assets.training_data.common import BuildResult
 from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty, group_advantages
 from training_assets.training_data.io import (
+    contributing_batches,
     dataset_path,
     load_grpo_groups,
     load_preference_pairs,
@@ -28,12 +32,20 @@ from training_assets.training_data.rewards import (
     success_reward,
     tool_call_validity_reward,
 )
+from training_assets.training_data.selection import (
+    SelectionConfig,
+    load_selected_traces,
+    load_selection_decisions,
+    select_traces,
+    selection_version,
+)
 from training_assets.training_data.sft import build_sft_examples
 
 __all__ = [
-    "DEFAULT_REWARD_WEIGHTS", "REWARD_COMPONENTS", "BuildResult", "PackedWindows", "RewardScores",
+    "DEFAULT_REWARD_WEIGHTS", "REWARD_COMPONENTS", "BuildResult", "PackedWindows", "RewardScores", "SelectionConfig",
     "answer_correctness_reward", "build_grpo_groups", "build_preference_pairs", "build_sft_examples",
-    "compose_reward", "dataset_path", "filter_by_difficulty", "group_advantages", "length_penalty",
-    "load_grpo_groups", "load_preference_pairs", "load_pretrain_windows", "load_sft_dataset", "pack_sequences",
-    "read_dataset_info", "score_reward", "step_efficiency_reward", "success_reward", "tool_call_validity_reward",
+    "compose_reward", "contributing_batches", "dataset_path", "filter_by_difficulty", "group_advantages",
+    "length_penalty", "load_grpo_groups", "load_preference_pairs", "load_pretrain_windows", "load_selected_traces",
+    "load_selection_decisions", "load_sft_dataset", "pack_sequences", "read_dataset_info", "score_reward",
+    "select_traces", "selection_version", "step_efficiency_reward", "success_reward", "tool_call_validity_reward",
 ]

@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+import polars as pl
+
+from training_assets.trace_schema import Trace
 from training_assets.training_data.common import (
-    BuildResult, has_completion, messages_json, prompt_length, trace_messages,
+    BuildResult, TraceRecord, as_trace_record, has_completion, messages_json, prompt_length, source_batches,
 )
 from training_assets.training_data.rewards import RewardFn, compose_reward
-from training_assets.traces import Trace
 
 ADVANTAGE_EPS = 1e-4
 ScaleRewards = Literal["group", "none"]
@@ -47,17 +48,32 @@ def group_advantages(rewards: Sequence[float], scale_rewards: ScaleRewards = "gr
     return [a / (std + eps) for a in centred]
 
 
-def _rollout_from_trace(trace: Trace) -> dict[str, Any]:
-    messages = trace_messages(trace)
-    split = prompt_length(messages)
-    extra = trace.metadata.model_extra or {}
-    expected = extra.get("expected_answer")
-    return {"task_id": trace.task_id, "id": trace.trace_id, "prompt": messages[:split], "completion": messages[split:],
-            "success": trace.outcome.success, "expected_answer": None if expected is None else str(expected)}
+def _rollout_from_trace(trace: TraceRecord) -> dict[str, Any]:
+    split = prompt_length(trace.messages)
+    return {"task_id": trace.task_id, "id": trace.trace_id, "prompt": trace.messages[:split],
+            "completion": trace.messages[split:], "success": trace.success, "expected_answer": trace.expected_answer,
+            "batch_id": trace.batch_id}
+
+
+def _is_rollout(item: Any) -> bool:
+    return isinstance(item, Mapping) and "completion" in item and "messages" not in item and "trace_id" not in item
 
 
 def _as_messages(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) and value.lstrip().startswith("[") else value
+
+
+def _groups(rollouts: list[dict[str, Any]]) -> pl.DataFrame:
+    """(task_id, prompt_json, members): indices into ``rollouts`` per (task, prompt), sorted by both,
+    members by (id, completion)."""
+    frame = pl.DataFrame({"i": list(range(len(rollouts))), "task_id": [r["task_key"] for r in rollouts],
+                          "prompt_json": [r["prompt_json"] for r in rollouts],
+                          "id": [str(r.get("id", "")) for r in rollouts],
+                          "completion_json": [r["completion_json"] for r in rollouts]},
+                         schema={"i": pl.Int64, "task_id": pl.String, "prompt_json": pl.String, "id": pl.String,
+                                 "completion_json": pl.String})
+    return (frame.sort(["task_id", "prompt_json", "id", "completion_json", "i"])
+            .group_by(["task_id", "prompt_json"], maintain_order=True).agg(pl.col("i").alias("members")))
 
 
 def build_grpo_groups(
@@ -66,10 +82,12 @@ def build_grpo_groups(
     scale_rewards: ScaleRewards = "group",
     min_group_size: int = 2,
 ) -> BuildResult:
-    """Groups ``{group_id, task_id, prompt, completions, rewards, advantages, expected_answer, pass_rate}``.
+    """Groups ``{group_id, task_id, prompt, completions, rewards, advantages, expected_answer, pass_rate,
+    source_batches}``.
 
-    Input items are traces (prompt = messages before the first assistant turn, completion = the
-    rest) or rollout dicts ``{task_id?, prompt, completion, success?, expected_answer?}`` whose
+    Input items are traces (trace dicts, ``raw_traces``/``selected_traces`` rows or ``Trace``s;
+    prompt = messages before the first assistant turn, completion = the rest) or rollout dicts
+    ``{task_id?, prompt, completion, success?, expected_answer?, batch_id?}`` whose
     prompt/completion are message lists, JSON text of one, or (completion) plain text. Items
     with the same task and prompt form a group; ``reward_fn`` (default: ``compose_reward()``)
     scores each group's completions, getting ``success`` and ``expected_answer`` as keyword
@@ -78,10 +96,10 @@ def build_grpo_groups(
     ``pass_rate`` is the share of successful completions (null when success is unknown).
     """
     reward_fn = reward_fn or compose_reward()
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    rollouts: list[dict[str, Any]] = []
     result = BuildResult()
-    for item in traces_or_rollouts:
-        rollout = _rollout_from_trace(item) if isinstance(item, Trace) else dict(item)
+    for index, item in enumerate(traces_or_rollouts):
+        rollout = dict(item) if _is_rollout(item) else _rollout_from_trace(as_trace_record(item, index))
         prompt = _as_messages(rollout["prompt"])
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
@@ -91,11 +109,12 @@ def build_grpo_groups(
             result.skipped.append((str(rollout.get("id") or rollout.get("task_id") or ""), "empty completion"))
             continue
         rollout["completion_json"] = completion if isinstance(completion, str) else messages_json(completion)
-        groups[(str(rollout.get("task_id") or ""), rollout["prompt_json"])].append(rollout)
-    for (task_id, prompt_json), members in sorted(groups.items()):
+        rollout["task_key"] = str(rollout.get("task_id") or "")
+        rollouts.append(rollout)
+    for task_id, prompt_json, indices in _groups(rollouts).iter_rows():
+        members = [rollouts[i] for i in indices]
         digest = hashlib.sha256(prompt_json.encode()).hexdigest()[:8]
         group_id = f"{task_id}:{digest}" if task_id else digest
-        members.sort(key=lambda r: (str(r.get("id", "")), r["completion_json"]))
         if len(members) < min_group_size:
             result.skipped.append((group_id, f"{len(members)} completion(s) < min_group_size={min_group_size}"))
             continue
@@ -113,6 +132,7 @@ def build_grpo_groups(
             "advantages": group_advantages(rewards, scale_rewards),
             "expected_answer": expected,
             "pass_rate": sum(map(bool, known)) / len(known) if known else None,
+            "source_batches": source_batches(*(r.get("batch_id") for r in members)),
         })
     return result
 

@@ -28,24 +28,27 @@ DATA_FILE = "data.parquet"
 INFO_FILE = "dataset.json"
 
 _IDS = pa.list_(pa.int32())
+_BATCHES = ("source_batches", pa.list_(pa.string()))
 SCHEMAS: dict[str, pa.Schema] = {
     "sft_dataset": pa.schema([
         ("id", pa.string()), ("task_id", pa.string()), ("messages", pa.string()),
-        ("input_ids", _IDS), ("assistant_mask", pa.list_(pa.int8())), ("n_tokens", pa.int32()),
+        ("input_ids", _IDS), ("assistant_mask", pa.list_(pa.int8())), ("n_tokens", pa.int32()), _BATCHES,
     ]),
     "preference_pairs": pa.schema([
         ("id", pa.string()), ("task_id", pa.string()), ("prompt", pa.string()), ("chosen", pa.string()),
-        ("rejected", pa.string()), ("failure_point", pa.int32()),
+        ("rejected", pa.string()), ("failure_point", pa.int32()), _BATCHES,
     ]),
     "grpo_groups": pa.schema([
         ("group_id", pa.string()), ("task_id", pa.string()), ("prompt", pa.string()),
         ("completions", pa.list_(pa.string())), ("rewards", pa.list_(pa.float64())),
         ("advantages", pa.list_(pa.float64())), ("expected_answer", pa.string()), ("pass_rate", pa.float64()),
+        _BATCHES,
     ]),
     "pretrain_windows": pa.schema([
-        ("input_ids", _IDS), ("position_ids", _IDS), ("doc_ids", _IDS), ("labels", _IDS),
+        ("input_ids", _IDS), ("position_ids", _IDS), ("doc_ids", _IDS), ("labels", _IDS), _BATCHES,
     ]),
 }
+WINDOW_COLUMNS = ("input_ids", "position_ids", "doc_ids", "labels")
 
 
 def dataset_dir(asset_key: str, root: str | os.PathLike[str] | None = None) -> Path:
@@ -64,14 +67,18 @@ def rows_to_table(asset_key: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table
     return pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in rows], schema=schema)
 
 
-def windows_to_table(columns: Mapping[str, np.ndarray]) -> pa.Table:
-    """(n_windows, window) int32 arrays as list<int32> columns, without a Python round trip."""
+def windows_to_table(columns: Mapping[str, np.ndarray], batches: Sequence[Sequence[str]] | None = None) -> pa.Table:
+    """(n_windows, window) int32 arrays as list<int32> columns, without a Python round trip, plus
+    each window's ``source_batches`` (none given: no batch, e.g. windows packed from plain texts)."""
     arrays = []
-    for name in SCHEMAS["pretrain_windows"].names:
+    for name in WINDOW_COLUMNS:
         values = np.ascontiguousarray(columns[name], dtype=np.int32)
         n, width = values.shape if values.ndim == 2 else (0, 0)
         offsets = pa.array(np.arange(0, n * width + 1, max(width, 1), dtype=np.int32)[: n + 1])
         arrays.append(pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1))).cast(_IDS))
+    n_windows = len(arrays[0])
+    arrays.append(pa.array([list(b) for b in batches] if batches is not None else [[]] * n_windows,
+                           pa.list_(pa.string())))
     return pa.Table.from_arrays(arrays, schema=SCHEMAS["pretrain_windows"])
 
 
@@ -132,21 +139,36 @@ def read_dataset_table(asset_key: str, root: str | os.PathLike[str] | None = Non
     return pq.read_table(path)
 
 
+def contributing_batches(dataset_key: str, root: str | os.PathLike[str] | None = None,
+                         limit: int | None = None) -> list[str]:
+    """The trace batches that contributed a row of the dataset (sorted, distinct).
+
+    ``limit``: only the first N rows count, as a training run with ``limit_examples`` trains on
+    the first N rows the loader returns (None or 0: every row, as there). A batch whose every trace was dropped or quarantined
+    contributed nothing and is not listed.
+    """
+    table = read_dataset_table(dataset_key, root).select(["source_batches"])
+    if limit:
+        table = table.slice(0, limit)
+    return sorted({b for row in table.column("source_batches").to_pylist() for b in row or ()})
+
+
 def load_sft_dataset(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of ``sft_dataset``: id, task_id, messages (JSON), input_ids, assistant_mask, n_tokens."""
+    """Rows of ``sft_dataset``: id, task_id, messages (JSON), input_ids, assistant_mask, n_tokens, source_batches."""
     return read_dataset_table("sft_dataset", root).to_pylist()
 
 
 def load_preference_pairs(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of ``preference_pairs``: id, task_id, prompt, chosen, rejected (JSON messages), failure_point."""
+    """Rows of ``preference_pairs``: id, task_id, prompt, chosen, rejected (JSON messages), failure_point, source_batches."""
     return read_dataset_table("preference_pairs", root).to_pylist()
 
 
 def load_grpo_groups(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of ``grpo_groups``: group_id, task_id, prompt, completions, rewards, advantages, expected_answer, pass_rate."""
+    """Rows of ``grpo_groups``: group_id, task_id, prompt, completions, rewards, advantages, expected_answer,
+    pass_rate, source_batches."""
     return read_dataset_table("grpo_groups", root).to_pylist()
 
 
 def load_pretrain_windows(root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of ``pretrain_windows``: input_ids, position_ids, doc_ids, labels (fixed length each)."""
+    """Rows of ``pretrain_windows``: input_ids, position_ids, doc_ids, labels (fixed length each), source_batches."""
     return read_dataset_table("pretrain_windows", root).to_pylist()

@@ -1,11 +1,11 @@
-"""Build the four dataset assets from the data root: select inputs, build, write, check.
+"""Build the four dataset assets from the data root: read inputs, build, write, check.
 
 Each ``build_*_dataset(root, config)`` computes the dataset's key (code version, input versions,
 tokenizer and chat-template hashes, config), reuses the existing files when they were built
 from the same key and are intact, otherwise builds and writes them, then runs the dataset's
-checks on what is on disk. Traces for SFT/DPO/GRPO come from every ``raw_traces`` partition,
-minus those sharing an n-gram with a held-out example and minus repeats (conversations equal up
-to whitespace); pretraining windows come from the curated corpus.
+checks on what is on disk. SFT/DPO/GRPO read the kept traces of ``selected_traces`` (the one
+selection: curation's decisions per trace, see ``selection``); pretraining windows read the
+curated corpus. Every row records the trace batches it came from (``source_batches``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
-from training_assets import ingest
 from training_assets.data_engine.decontam import decontaminate
-from training_assets.data_engine.render import render_trace
-from training_assets.storage import canonical_json, fingerprint
-from training_assets.traces import Trace
+from training_assets.storage import canonical_json
 from training_assets.training_data import held_out as held_out_lib
+from training_assets.training_data import selection
 from training_assets.training_data.common import BuildResult, has_completion
 from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty
 from training_assets.training_data.io import (
@@ -38,7 +37,7 @@ from training_assets.training_data.rewards import DEFAULT_REWARD_WEIGHTS, comple
 from training_assets.training_data.sft import build_sft_examples
 
 # Bump when a builder's output for the same inputs changes: it is the assets' code version.
-DATASETS_VERSION = "1"
+DATASETS_VERSION = "2"
 PREVIEW_ROWS = 5
 HELD_OUT_NGRAM = 13
 
@@ -92,40 +91,10 @@ class DatasetReport:
 # --------------------------------------------------------------------------- inputs
 
 
-def traces_version(root: str | os.PathLike[str] | None = None) -> str:
-    """Version of the trace inputs: the materialised partitions (a batch id embeds its content hash)."""
-    return fingerprint(ingest.materialized_batches(root))
-
-
-def select_traces(traces: Sequence[Trace], held_out: Sequence[Any],
-                  ngram: int = HELD_OUT_NGRAM) -> tuple[list[Trace], list[tuple[str, str]]]:
-    """Traces fit for training, and (trace id, reason) for each one left out.
-
-    Left out: traces sharing a word ``ngram`` with a held-out example (the data engine's
-    ``decontaminate``), and repeats of an earlier trace's conversation up to whitespace (a
-    re-logged attempt must not count twice in a pair or a group).
-    """
-    skipped: list[tuple[str, str]] = []
-    by_id = {t.trace_id: t for t in traces}
-    clean = decontaminate([{"id": t.trace_id, "text": render_trace(t)} for t in traces], held_out, ngram=ngram)
-    skipped += [(d.id, f"held-out overlap: {d.detail}") for d in clean.dropped]
-    kept: list[Trace] = []
-    seen: set[str] = set()
-    for record in clean.kept:
-        trace = by_id[record["id"]]
-        key = " ".join(canonical_json([trace.task_id, trace.outcome.success, render_trace(trace)]).split())
-        if key in seen:
-            skipped.append((trace.trace_id, "repeats an earlier trace up to whitespace"))
-            continue
-        seen.add(key)
-        kept.append(trace)
-    return kept, skipped
-
-
-def _load_selected(root: Path) -> tuple[list[Trace], list[tuple[str, str]], list[Any]]:
-    held_out = held_out_lib.held_out_examples(root)
-    traces, skipped = select_traces(list(ingest.load_traces(root=root)), held_out)
-    return traces, skipped, held_out
+def _load_selected(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[Any]]:
+    """(kept trace rows of selected_traces, their version for the key, held-out examples)."""
+    traces = selection.load_selected_traces(root)
+    return traces, {"selected_traces_version": selection.selection_version(root)}, held_out_lib.held_out_examples(root)
 
 
 def _base_key(name: str, root: Path, config: Any) -> dict[str, Any]:
@@ -200,9 +169,25 @@ def _finish(name: str, key: dict[str, Any], root: Path,
     return info, reused, read_dataset_table(name, root).to_pylist()
 
 
-def _skip_stats(result: BuildResult, selection_skipped: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    reasons = Counter(r.split(":")[0] for _, r in selection_skipped)
-    return {"selection_skipped": dict(sorted(reasons.items())), "builder_skipped": result.skipped_by_reason()}
+def _skip_stats(result: BuildResult, traces: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the builder left out (selection's drops are in the selected_traces asset), and the batches used."""
+    batches = sorted({b for row in result.rows for b in row.get("source_batches") or ()})
+    return {"input_traces": len(traces), "builder_skipped": result.skipped_by_reason(), "source_batches": len(batches)}
+
+
+def window_batches(doc_ids: np.ndarray, doc_batches: Sequence[str | None]) -> list[list[str]]:
+    """Per packed window (rows of ``doc_ids``, -1 = padding), the sorted trace batches of the
+    documents in it; documents without a batch (extra sources) add none."""
+    n_windows, width = doc_ids.shape if doc_ids.ndim == 2 else (0, 0)
+    cells = pl.DataFrame({"window": np.repeat(np.arange(n_windows), width), "doc": doc_ids.reshape(-1)})
+    docs = pl.DataFrame({"doc": np.arange(len(doc_batches), dtype=doc_ids.dtype), "batch": list(doc_batches)},
+                        schema={"doc": pl.Int32, "batch": pl.String})
+    found = (cells.filter(pl.col("doc") >= 0).unique().join(docs, on="doc").drop_nulls("batch")
+             .group_by("window").agg(pl.col("batch").unique().sort()))
+    out: list[list[str]] = [[] for _ in range(n_windows)]
+    for window, batch in found.iter_rows():
+        out[window] = batch
+    return out
 
 
 # --------------------------------------------------------------------------- datasets
@@ -213,9 +198,8 @@ def build_sft_dataset(root: str | os.PathLike[str], config: SftConfig | None = N
 
     root, config = Path(root), config or SftConfig()
     tokenizer = load_tokenizer(root)
-    key = {**_base_key("sft_dataset", root, config), "traces_version": traces_version(root),
-           **_tokenizer_key(tokenizer, root)}
-    traces, skipped, held_out = _load_selected(root)
+    traces, version, held_out = _load_selected(root)
+    key = {**_base_key("sft_dataset", root, config), **version, **_tokenizer_key(tokenizer, root)}
 
     def build() -> tuple[pa.Table, dict[str, Any]]:
         result = build_sft_examples(traces, tokenizer=tokenizer, max_tokens=config.max_tokens)
@@ -224,7 +208,7 @@ def build_sft_dataset(root: str | os.PathLike[str], config: SftConfig | None = N
         stats = {"examples": len(result.rows), "tokens": sum(n_tokens), "trained_tokens": trained,
                  "trained_fraction": round(trained / sum(n_tokens), 4) if n_tokens else 0.0,
                  "mean_tokens": round(statistics.fmean(n_tokens), 2) if n_tokens else 0.0,
-                 "max_tokens": max(n_tokens, default=0), **_skip_stats(result, skipped)}
+                 "max_tokens": max(n_tokens, default=0), **_skip_stats(result, traces)}
         return rows_to_table("sft_dataset", result.rows), stats
 
     info, reused, rows = _finish("sft_dataset", key, root, build)
@@ -243,14 +227,14 @@ def build_sft_dataset(root: str | os.PathLike[str], config: SftConfig | None = N
 
 def build_preference_dataset(root: str | os.PathLike[str], config: PreferenceConfig | None = None) -> DatasetReport:
     root, config = Path(root), config or PreferenceConfig()
-    key = {**_base_key("preference_pairs", root, config), "traces_version": traces_version(root)}
-    traces, skipped, held_out = _load_selected(root)
+    traces, version, held_out = _load_selected(root)
+    key = {**_base_key("preference_pairs", root, config), **version}
 
     def build() -> tuple[pa.Table, dict[str, Any]]:
         result = build_preference_pairs(traces, config.max_pairs_per_task, config.require_success)
         stats = {"pairs": len(result.rows), "tasks": len({r["task_id"] for r in result.rows}),
                  "failure_point_counts": dict(sorted(Counter(str(r["failure_point"]) for r in result.rows).items())),
-                 **_skip_stats(result, skipped)}
+                 **_skip_stats(result, traces)}
         return rows_to_table("preference_pairs", result.rows), stats
 
     info, reused, rows = _finish("preference_pairs", key, root, build)
@@ -267,8 +251,8 @@ def build_preference_dataset(root: str | os.PathLike[str], config: PreferenceCon
 
 def build_grpo_dataset(root: str | os.PathLike[str], config: GrpoConfig | None = None) -> DatasetReport:
     root, config = Path(root), config or GrpoConfig()
-    key = {**_base_key("grpo_groups", root, config), "traces_version": traces_version(root)}
-    traces, skipped, held_out = _load_selected(root)
+    traces, version, held_out = _load_selected(root)
+    key = {**_base_key("grpo_groups", root, config), **version}
 
     def build() -> tuple[pa.Table, dict[str, Any]]:
         groups = build_grpo_groups(traces, compose_reward(config.reward_weights), config.scale_rewards,
@@ -278,7 +262,7 @@ def build_grpo_dataset(root: str | os.PathLike[str], config: GrpoConfig | None =
         rates = [g["pass_rate"] for g in kept.rows if g["pass_rate"] is not None]
         stats = {"groups": len(kept.rows), "completions": sum(len(g["completions"]) for g in kept.rows),
                  "mean_pass_rate": round(statistics.fmean(rates), 4) if rates else None,
-                 "scale_rewards": config.scale_rewards, **_skip_stats(kept, skipped)}
+                 "scale_rewards": config.scale_rewards, **_skip_stats(kept, traces)}
         return rows_to_table("grpo_groups", kept.rows), stats
 
     info, reused, rows = _finish("grpo_groups", key, root, build)
@@ -302,15 +286,17 @@ def build_pretrain_dataset(root: str | os.PathLike[str], config: PretrainConfig 
     tokenizer = load_tokenizer(root)
     key = {**_base_key("pretrain_windows", root, config), "corpus_version": corpus_version(root),
            **_tokenizer_key(tokenizer, root)}
-    corpus = load_curated_corpus(root).select(["id", "text"]).to_pylist()
+    corpus = load_curated_corpus(root).select(["id", "text", "batch_id"]).to_pylist()
     held_out = held_out_lib.held_out_examples(root)
 
     def build() -> tuple[pa.Table, dict[str, Any]]:
         ids = tokenizer([r["text"] for r in corpus], add_special_tokens=False)["input_ids"] if corpus else []
         packed = pack_sequences(ids, config.window, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        batches = window_batches(packed.doc_ids, [r["batch_id"] for r in corpus])
         stats = {"windows": packed.n_windows, "documents": packed.n_docs, "tokens": packed.n_tokens,
-                 "window": config.window, "padding_fraction": round(packed.padding_fraction, 4)}
-        return windows_to_table(packed.columns()), stats
+                 "window": config.window, "padding_fraction": round(packed.padding_fraction, 4),
+                 "source_batches": len({b for w in batches for b in w})}
+        return windows_to_table(packed.columns(), batches), stats
 
     info, reused, rows = _finish("pretrain_windows", key, root, build)
     doc = np.array([r["doc_ids"] for r in rows], dtype=np.int64).reshape(len(rows), -1)  # (n_windows, window)

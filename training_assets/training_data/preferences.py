@@ -3,37 +3,50 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from training_assets.training_data.common import BuildResult, has_completion, messages_json, trace_messages
-from training_assets.traces import Trace
+import polars as pl
+
+from training_assets.trace_schema import Trace
+from training_assets.training_data.common import (
+    BuildResult, TraceRecord, as_trace_records, has_completion, messages_json, source_batches,
+)
 
 
-def _rank(trace: Trace) -> tuple[bool, float]:
-    """Sort key of an attempt: success first, then score (a missing score ranks as unknown: -inf)."""
-    score = trace.outcome.score
-    return trace.outcome.success, -math.inf if score is None else score
+def attempts_by_task(traces: list[TraceRecord]) -> pl.DataFrame:
+    """One row per task (sorted): ``best`` and ``worst`` list the indices of its attempts into
+    ``traces``, best first (success, then score desc) and worst first (failure, then score asc);
+    a missing score ranks as unknown (-inf), the trace id breaks ties."""
+    frame = pl.DataFrame({
+        "i": list(range(len(traces))), "task_id": [t.task_id for t in traces], "trace_id": [t.trace_id for t in traces],
+        "success": [t.success for t in traces],
+        "score": [-math.inf if t.score is None else float(t.score) for t in traces],
+    }, schema={"i": pl.Int64, "task_id": pl.String, "trace_id": pl.String, "success": pl.Boolean, "score": pl.Float64})
+    best = (frame.sort(["task_id", "success", "score", "trace_id", "i"], descending=[False, True, True, False, False])
+            .group_by("task_id", maintain_order=True).agg(pl.col("i").alias("best")))
+    worst = (frame.sort(["task_id", "success", "score", "trace_id", "i"])
+             .group_by("task_id", maintain_order=True).agg(pl.col("i").alias("worst")))
+    return best.join(worst, on="task_id", how="inner", maintain_order="left")
 
 
-def prefers(a: Trace, b: Trace, require_success: bool = True) -> tuple[bool, str]:
+def prefers(a: TraceRecord, b: TraceRecord, require_success: bool = True) -> tuple[bool, str]:
     """Whether attempt ``a`` is preferred to ``b``, with the reason.
 
     ``a`` wins when it succeeded and ``b`` failed, or when both have a score and ``a``'s is
     higher (among failures only if ``require_success`` is off). Equal outcomes are a tie: no pair.
     """
-    if require_success and not a.outcome.success:
+    if require_success and not a.success:
         return False, "chosen attempt did not succeed"
-    if a.outcome.success and not b.outcome.success:
+    if a.success and not b.success:
         return True, "success over failure"
-    if a.outcome.success != b.outcome.success:
+    if a.success != b.success:
         return False, "rejected attempt is the successful one"
-    if a.outcome.score is None or b.outcome.score is None:
+    if a.score is None or b.score is None:
         return False, "tie: same success and no scores to order them"
-    if a.outcome.score > b.outcome.score:
+    if a.score > b.score:
         return True, "higher score"
-    return False, "tie: equal scores" if a.outcome.score == b.outcome.score else "lower score"
+    return False, "tie: equal scores" if a.score == b.score else "lower score"
 
 
 def _without_call_ids(message: dict[str, Any]) -> dict[str, Any]:
@@ -70,9 +83,10 @@ def _rename_calls(prefix_chosen: list[dict[str, Any]], prefix_rejected: list[dic
 
 
 def build_preference_pairs(
-    traces: Iterable[Trace], max_pairs_per_task: int = 4, require_success: bool = True
+    traces: Iterable[Trace | Mapping[str, Any]], max_pairs_per_task: int = 4, require_success: bool = True
 ) -> BuildResult:
-    """Pairs ``{id, task_id, prompt, chosen, rejected, failure_point}`` from attempts at the same task.
+    """Pairs ``{id, task_id, prompt, chosen, rejected, failure_point, source_batches}`` from attempts
+    at the same task (``traces``: trace dicts, ``raw_traces``/``selected_traces`` rows or ``Trace``s).
 
     ``prompt`` is the shared conversation prefix (JSON messages), ``chosen`` / ``rejected`` the
     two continuations from the first assistant turn where they part. ``failure_point`` indexes
@@ -85,17 +99,13 @@ def build_preference_pairs(
     Tasks with a single attempt, with no success (when ``require_success``) or with only tied
     attempts give no pair, and ``skipped`` says which.
     """
-    by_task: dict[str, list[Trace]] = defaultdict(list)
-    for trace in traces:
-        by_task[trace.task_id].append(trace)
+    records = as_trace_records(traces)
     result = BuildResult()
-    for task_id in sorted(by_task):
-        attempts = by_task[task_id]
-        if len(attempts) < 2:
+    for task_id, best, worst in attempts_by_task(records).iter_rows():
+        if len(best) < 2:
             result.skipped.append((task_id, "single attempt"))
             continue
-        best_first = sorted(attempts, key=lambda t: (tuple(-x for x in _rank(t)), t.trace_id))
-        worst_first = sorted(attempts, key=lambda t: (_rank(t), t.trace_id))
+        best_first, worst_first = [records[i] for i in best], [records[i] for i in worst]
         kept = 0
         reasons: set[str] = set()
         for chosen in best_first:
@@ -106,7 +116,7 @@ def build_preference_pairs(
                 if not ok:
                     reasons.add(reason)
                     continue
-                c_msgs, r_msgs = trace_messages(chosen), trace_messages(rejected)
+                c_msgs, r_msgs = chosen.messages, rejected.messages
                 split, diverge = split_point(c_msgs, r_msgs)
                 if not any(m.get("role") == "user" for m in c_msgs[:split]):
                     reasons.add("no shared user prompt")
@@ -120,7 +130,7 @@ def build_preference_pairs(
                 if not (has_completion(c_msgs[split:]) and has_completion(r_msgs[split:])):
                     reasons.add("a continuation has no assistant content or tool call")
                     continue
-                fp = rejected.outcome.failure_point
+                fp = rejected.failure_point
                 result.rows.append({
                     "id": f"{chosen.trace_id}>{rejected.trace_id}",
                     "task_id": task_id,
@@ -128,10 +138,11 @@ def build_preference_pairs(
                     "chosen": messages_json(c_msgs[split:]),
                     "rejected": messages_json(_rename_calls(c_msgs[:split], r_msgs[:split], r_msgs[split:])),
                     "failure_point": diverge if fp is None else fp,
+                    "source_batches": source_batches(chosen.batch_id, rejected.batch_id),
                 })
                 kept += 1
         if kept == 0:
-            no_success = not any(t.outcome.success for t in attempts)
+            no_success = not any(t.success for t in best_first)
             why = "no successful attempt" if require_success and no_success else "; ".join(sorted(reasons))
             result.skipped.append((task_id, why or "no preferred attempt"))
     return result

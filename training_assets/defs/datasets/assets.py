@@ -1,9 +1,11 @@
-"""sft_dataset, preference_pairs, grpo_groups, pretrain_windows: what the trainers consume.
+"""selected_traces, then sft_dataset, preference_pairs, grpo_groups, pretrain_windows: what the trainers consume.
 
-Each asset's data version is ``fingerprint(key, sha256(data.parquet))``, where the key holds the
-input versions (traces, corpus, held-out sets), the tokenizer and chat-template hashes and the
-config: Dagster marks the datasets stale when an upstream version or the code version changes,
-and a changed config shows up as a new data version downstream.
+``selected_traces`` is the one selection of traces (one row per trace, kept or dropped with the
+stage, reason and batch) that SFT, DPO and GRPO read; pretraining windows read the curated
+corpus. Each dataset's data version is ``fingerprint(key, sha256(data.parquet))``, where the key
+holds the input versions (selection, corpus, held-out sets), the tokenizer and chat-template
+hashes and the config: Dagster marks the datasets stale when an upstream version or the code
+version changes, and a changed config shows up as a new data version downstream.
 """
 
 from typing import Literal
@@ -11,12 +13,12 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from training_assets.defs.metadata import counts_table, md_table
+from training_assets.defs.metadata import counts_table, table
 from training_assets.defs.resources import DataRoot
-from training_assets.training_data import pipeline
+from training_assets.training_data import pipeline, selection
 from training_assets.training_data.rewards import DEFAULT_REWARD_WEIGHTS
 
-ALL_TRACES = dg.AssetDep("raw_traces", partition_mapping=dg.AllPartitionMapping())
+CURATED_CHECK = "every_trace_curated"
 CHECK_DESCRIPTIONS = {
     "no_empty_completions": "Every completion has assistant content or a tool call.",
     "end_of_turn_in_mask": "Every example trains on an end-of-turn token (so the model learns to stop).",
@@ -27,6 +29,33 @@ CHECK_DESCRIPTIONS = {
 }
 
 
+class SelectedTracesConfig(dg.Config):
+    near_duplicates: Literal["keep_within_task", "drop", "keep"] = Field(
+        "keep_within_task", description="Near duplicates in the corpus: keep attempts at the same task (pairs and "
+                                        "groups compare them), drop them all, or keep them all.")
+
+
+@dg.asset(group_name="datasets", code_version=selection.SELECTION_VERSION, kinds={"parquet", "polars"},
+          deps=[dg.AssetDep("raw_traces", partition_mapping=dg.AllPartitionMapping()), "curated_corpus"],
+          check_specs=[dg.AssetCheckSpec(CURATED_CHECK, asset="selected_traces", blocking=True,
+                                         description="Every trace has a decision of the current curated corpus.")])
+def selected_traces(config: SelectedTracesConfig, data_root: DataRoot) -> dg.MaterializeResult:
+    """Every trace of every batch, kept or dropped for training with the stage, reason and batch id."""
+    report = selection.select_traces(data_root.root(), selection.SelectionConfig(config.near_duplicates))
+    return dg.MaterializeResult(
+        metadata={**report.counts, "dagster/row_count": report.counts["traces"],
+                  "by_reason": counts_table(report.by_reason, "stage/reason (decision)", "traces"),
+                  "by_batch": table([{"batch_id": b, **n} for b, n in report.by_batch.items()], ["batch_id", "kept", "dropped"]),
+                  "key": dg.MetadataValue.json(report.key), "uri": dg.MetadataValue.path(str(report.output_dir))},
+        data_version=dg.DataVersion(report.data_version),
+        check_results=[dg.AssetCheckResult(
+            check_name=CURATED_CHECK, passed=not report.not_curated, severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"not_curated_traces": report.counts["not_curated"]},
+            description=None if not report.not_curated else
+            f"batches {report.not_curated[:5]} are newer than curated_corpus: re-materialise curated_corpus")],
+    )
+
+
 def _specs(asset: str, names: list[str]) -> list[dg.AssetCheckSpec]:
     return [dg.AssetCheckSpec(n, asset=asset, blocking=True, description=CHECK_DESCRIPTIONS[n]) for n in names]
 
@@ -34,13 +63,14 @@ def _specs(asset: str, names: list[str]) -> list[dg.AssetCheckSpec]:
 def _result(report: pipeline.DatasetReport) -> dg.MaterializeResult:
     info = report.info
     stats = dict(info.stats)
-    skips = {f"{k}: {r}": n for k in ("selection_skipped", "builder_skipped") for r, n in stats.pop(k, {}).items()}
+    skipped = stats.pop("builder_skipped", {})
     return dg.MaterializeResult(
         metadata={
             "rows": info.rows,
+            "dagster/row_count": info.rows,
             **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in stats.items() if v is not None},
-            "skipped": counts_table(skips),
-            "preview": md_table(report.preview),
+            "skipped": counts_table(skipped),
+            "preview": table(report.preview),
             "key": dg.MetadataValue.json(info.key),
             "reused": report.reused,
             "data_version": info.data_version,
@@ -60,7 +90,7 @@ class SftDatasetConfig(dg.Config):
 
 
 @dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet"},
-          deps=[ALL_TRACES, "held_out_sets", "tokenizer"],
+          deps=["selected_traces", "held_out_sets", "tokenizer"],
           check_specs=_specs("sft_dataset", ["no_empty_completions", "end_of_turn_in_mask", "no_held_out_overlap"]))
 def sft_dataset(config: SftDatasetConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """Successful traces as chat examples: input_ids and an assistant-only loss mask (end-of-turn included)."""
@@ -72,8 +102,8 @@ class PreferencePairsConfig(dg.Config):
     require_success: bool = Field(True, description="Chosen must be a successful attempt; off: a higher score suffices.")
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet"},
-          deps=[ALL_TRACES, "held_out_sets"],
+@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet", "polars"},
+          deps=["selected_traces", "held_out_sets"],
           check_specs=_specs("preference_pairs", ["no_empty_completions", "chosen_differs_from_rejected", "no_held_out_overlap"]))
 def preference_pairs(config: PreferencePairsConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """Better/worse attempts at the same task, split where they diverge, with the rejected one's failure point."""
@@ -91,8 +121,8 @@ class GrpoGroupsConfig(dg.Config):
     drop_zero_variance: bool = Field(True, description="Drop groups whose rewards are all equal (zero advantages).")
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet"},
-          deps=[ALL_TRACES, "held_out_sets"],
+@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet", "polars"},
+          deps=["selected_traces", "held_out_sets"],
           check_specs=_specs("grpo_groups", ["no_empty_completions", "advantages_zero_mean", "no_held_out_overlap"]))
 def grpo_groups(config: GrpoGroupsConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """Attempts grouped per prompt with composite rewards and group-normalised advantages."""

@@ -4,7 +4,7 @@ import dagster as dg
 from pydantic import Field
 
 from training_assets import data_engine, tokenizer_trainer
-from training_assets.defs.metadata import md_table
+from training_assets.defs.metadata import table
 from training_assets.defs.resources import DataRoot
 
 ROUND_TRIP_CHECK = "round_trip_lossless"
@@ -27,7 +27,7 @@ class TokenizerAssetConfig(dg.Config):
 
 def _check(name: str, failures: list, ok_text: str, bad_text: str) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(check_name=name, passed=not failures, severity=dg.AssetCheckSeverity.ERROR,
-                               metadata={"failures": md_table(failures[:10])} if failures else {},
+                               metadata={"failures": table(failures[:10])} if failures else {},
                                description=ok_text if not failures else bad_text)
 
 
@@ -62,7 +62,7 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerAssetConfig, d
             "bytes_per_token": report.bytes_per_token,
             "train_rows": report.n_train_rows,
             "held_back_rows": report.n_held_back_rows,
-            "special_tokens": md_table([{"token": t, "id": i} for i, t in enumerate(tokenizer_trainer.SPECIAL_TOKENS)]),
+            "special_tokens": table([{"token": t, "id": i} for i, t in enumerate(tokenizer_trainer.SPECIAL_TOKENS)]),
             "tokenizer_hash": report.tokenizer_hash,
             "chat_template_hash": report.chat_template_hash,
             "reused": report.reused,
