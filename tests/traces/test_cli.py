@@ -21,3 +21,10 @@ def test_ingest_missing_file_is_a_clean_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "x.jsonl: no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ingest_applies_the_batch_caps(tmp_path, capsys):
+    written = sample_traces.write_samples(tmp_path)
+    assert cli.main(["ingest", written["batches"][1], "--max-batch-lines", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "max_batch_lines=10" in err and "traces-0002.jsonl.gz" in err

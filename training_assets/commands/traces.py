@@ -1,17 +1,29 @@
-"""Verbs: ``ingest``."""
+"""Verbs: ``ingest``.
+
+    training-assets ingest data/inbox/traces-0001.jsonl --json
+    training-assets ingest big.jsonl.gz --max-batch-bytes 1000000000 --max-batch-lines 100000
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from training_assets.commands import emit, fail
-from training_assets.traces import DEFAULT_MAX_LINE_BYTES, BatchError, read_batch
+from training_assets.traces import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_LINES,
+    DEFAULT_MAX_LINE_BYTES,
+    BatchCaps,
+    BatchError,
+    read_batch,
+)
 
 
 def _ingest(args: argparse.Namespace) -> int:
     try:
-        result = read_batch(args.file, max_line_bytes=args.max_line_bytes)
-    except BatchError as exc:
+        caps = BatchCaps(args.max_line_bytes, args.max_batch_bytes, args.max_batch_lines)
+        result = read_batch(args.file, caps=caps)
+    except (BatchError, ValueError) as exc:
         return fail(str(exc))
     report = result.report()
     lines = [f"{report['path']}: {report['lines']} lines, {report['valid']} valid, "
@@ -26,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ingest", help="validate a trace batch (.jsonl / .jsonl.gz) and print the report")
     p.add_argument("file", help="batch file to validate")
     p.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES, help="longer lines are quarantined")
+    p.add_argument("--max-batch-bytes", type=int, default=DEFAULT_MAX_BATCH_BYTES,
+                   help="more decompressed bytes: the batch is refused")
+    p.add_argument("--max-batch-lines", type=int, default=DEFAULT_MAX_BATCH_LINES, help="more lines: the batch is refused")
     p.add_argument("--strict", action="store_true", help="exit 1 when any line is quarantined")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=_ingest)

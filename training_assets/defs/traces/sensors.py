@@ -40,7 +40,7 @@ def trace_batch_sensor(context: dg.SensorEvaluationContext, data_root: DataRoot)
     if not new_ids:
         context.update_cursor(cursor)
         return dg.SkipReason(f"no new batches ({len(scan.seen)} known, {len(scan.rejected)} refused)")
-    context.log.info(f"new trace batches: {new_ids}")
+    context.log.info(f"{len(new_ids)} new trace batch(es): {', '.join(new_ids[:10])}{' ...' if len(new_ids) > 10 else ''}")
     return dg.SensorResult(
         # run_key = batch id: Dagster never launches a second run for the same batch
         run_requests=[dg.RunRequest(run_key=b, partition_key=b) for b in new_ids],
