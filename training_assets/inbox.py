@@ -64,14 +64,17 @@ def _ignored(name: str) -> bool:
     return name.startswith((".", "_")) or name.endswith((".tmp", ".part"))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"))
+
+
 def refusal_reason(entry: os.DirEntry[str]) -> str | None:
     """Why an inbox entry is refused (symlink, not a regular file, unsafe name), or None."""
     if entry.is_symlink():
         return "a symbolic link (links are never followed: copy the batch into the inbox)"
     mode = entry.stat(follow_symlinks=False).st_mode
     if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
-            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) else "special"
+        kind = next((name for test, name in _KINDS if test(mode)), "a special file")
         return f"{kind}, not a regular file"
     return unsafe_name_reason(entry.name)
 

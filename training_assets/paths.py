@@ -5,9 +5,12 @@ under it, named after its asset key, so a stage never writes into another's fold
 
     data/
       inbox/                       trace batches arrive here (watched by the sensor)
-      inbox/_rejected/             files the sensor refused (unsafe names), with a .reason file
-      batches/<batch_id>.jsonl[.gz] immutable snapshot of each accepted batch
-      raw_traces/<batch_id>/        traces.parquet + quarantine.jsonl per partition
+      inbox/_rejected/             entries the sensor refused (unsafe names, symlinks, non-regular
+                                   files), each with a .reason file
+      batches/<batch_id>.jsonl[.gz] immutable snapshot of each staged batch (staged by its run)
+      batches/<batch_id>.json       its staging record: source name, size, mtime, sha256, duplicate_of
+      batches/by_sha256/<sha256>    the batch id that first staged those bytes
+      raw_traces/<batch_id>/        traces.parquet + quarantine.jsonl + partition.json per partition
       <asset_key>/...               everything downstream
 """
 

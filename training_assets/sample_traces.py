@@ -214,9 +214,12 @@ def write_samples(root: str | Path, seed: int = 0) -> dict[str, list[str]]:
         gz = index % 2 == 0  # ship one plain and one gzipped batch
         target = root / "inbox" / f"traces-{index:04d}.jsonl{'.gz' if gz else ''}"
         payload = b"\n".join(lines) + b"\n"
-        with atomic_path(target) as tmp:
-            # mtime=0: identical bytes on every run, so the batch id is stable
-            tmp.write_bytes(gzip.compress(payload, mtime=0) if gz else payload)
+        data = gzip.compress(payload, mtime=0) if gz else payload  # mtime=0: identical bytes on every run
+        # A batch id comes from (name, size, mtime): rewriting identical bytes would make the file
+        # look new (a duplicate batch); leave an identical file as it is, like a careful producer.
+        if not (target.is_file() and target.read_bytes() == data):
+            with atomic_path(target) as tmp:
+                tmp.write_bytes(data)
         written["batches"].append(str(target))
     held = root / "held_out" / "agent_tasks.jsonl"
     with atomic_path(held) as tmp:

@@ -100,7 +100,7 @@ def test_symlinks_fifos_and_folders_are_refused_without_being_followed_or_opened
     assert (rejected / "link.jsonl").is_symlink() and secret.read_bytes() == b'{"secret": true}\n'
     for name in reasons:
         assert not os.path.lexists(box / name)
-        assert "not" in (rejected / f"{name}.reason").read_text() or "link" in (rejected / f"{name}.reason").read_text()
+        assert reasons[name] in (rejected / f"{name}.reason").read_text()
 
 
 def test_files_still_being_written_are_ignored(data_root, box):

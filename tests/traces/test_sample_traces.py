@@ -1,6 +1,7 @@
 """The sample generator gives every later stage real work, and the same bytes every time."""
 
 import json
+import os
 from collections import defaultdict
 
 from training_assets import sample_traces
@@ -32,3 +33,16 @@ def test_batches_hold_attempts_successes_failures_junk_and_contamination(tmp_pat
     held = [json.loads(x) for x in open(written["held_out"][0])]
     prompts = {t.prompt for t in traces}
     assert sum(h["prompt"] in prompts for h in held) == 2  # planted contamination
+
+
+def test_writing_the_samples_again_leaves_the_batches_untouched_so_no_new_batch_appears(tmp_path):
+    from training_assets import inbox
+
+    first = sample_traces.write_samples(tmp_path)
+    keys = [b.batch_id for b in inbox.scan_inbox(root=tmp_path).new]
+    stats = [os.stat(p).st_mtime_ns for p in first["batches"]]
+    os.utime(first["batches"][0], ns=(1, 1))  # make a rewrite detectable
+    sample_traces.write_samples(tmp_path)
+    assert os.stat(first["batches"][0]).st_mtime_ns == 1 and os.stat(first["batches"][1]).st_mtime_ns == stats[1]
+    os.utime(first["batches"][0], ns=(stats[0], stats[0]))
+    assert [b.batch_id for b in inbox.scan_inbox(root=tmp_path).new] == keys
