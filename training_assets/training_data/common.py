@@ -11,6 +11,11 @@ from training_assets.storage import canonical_json
 from training_assets.traces import Trace
 
 
+def as_trace(item: Trace | Mapping[str, Any]) -> Trace:
+    """A ``Trace`` from a ``Trace`` or a plain dict of the trace schema (validated: a bad dict fails here)."""
+    return item if isinstance(item, Trace) else Trace.model_validate(item)
+
+
 def trace_messages(trace: Trace) -> list[dict[str, Any]]:
     """The trace's conversation as OpenAI chat dicts (``None`` fields dropped, arguments as JSON text)."""
     return [m.model_dump(mode="json", exclude_none=True) for m in trace.messages]

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from training_assets.training_data.common import (
-    BuildResult, has_completion, messages_json, prompt_length, trace_messages,
+    BuildResult, as_trace, has_completion, messages_json, prompt_length, trace_messages,
 )
 from training_assets.training_data.rewards import RewardFn, compose_reward
 from training_assets.traces import Trace
@@ -68,8 +68,8 @@ def build_grpo_groups(
 ) -> BuildResult:
     """Groups ``{group_id, task_id, prompt, completions, rewards, advantages, expected_answer, pass_rate}``.
 
-    Input items are traces (prompt = messages before the first assistant turn, completion = the
-    rest) or rollout dicts ``{task_id?, prompt, completion, success?, expected_answer?}`` whose
+    Input items are traces (``Trace`` or plain trace dicts; prompt = messages before the first
+    assistant turn, completion = the rest) or rollout dicts ``{task_id?, prompt, completion, success?, expected_answer?}`` whose
     prompt/completion are message lists, JSON text of one, or (completion) plain text. Items
     with the same task and prompt form a group; ``reward_fn`` (default: ``compose_reward()``)
     scores each group's completions, getting ``success`` and ``expected_answer`` as keyword
@@ -81,7 +81,8 @@ def build_grpo_groups(
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     result = BuildResult()
     for item in traces_or_rollouts:
-        rollout = _rollout_from_trace(item) if isinstance(item, Trace) else dict(item)
+        is_trace = isinstance(item, Trace) or "messages" in item  # a trace dict; rollout dicts have a completion
+        rollout = _rollout_from_trace(as_trace(item)) if is_trace else dict(item)
         prompt = _as_messages(rollout["prompt"])
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]

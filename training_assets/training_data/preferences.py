@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from training_assets.training_data.common import BuildResult, has_completion, messages_json, trace_messages
+from training_assets.training_data.common import BuildResult, as_trace, has_completion, messages_json, trace_messages
 from training_assets.traces import Trace
 
 
@@ -70,7 +70,7 @@ def _rename_calls(prefix_chosen: list[dict[str, Any]], prefix_rejected: list[dic
 
 
 def build_preference_pairs(
-    traces: Iterable[Trace], max_pairs_per_task: int = 4, require_success: bool = True
+    traces: Iterable[Trace | Mapping[str, Any]], max_pairs_per_task: int = 4, require_success: bool = True
 ) -> BuildResult:
     """Pairs ``{id, task_id, prompt, chosen, rejected, failure_point}`` from attempts at the same task.
 
@@ -86,7 +86,7 @@ def build_preference_pairs(
     attempts give no pair, and ``skipped`` says which.
     """
     by_task: dict[str, list[Trace]] = defaultdict(list)
-    for trace in traces:
+    for trace in map(as_trace, traces):
         by_task[trace.task_id].append(trace)
     result = BuildResult()
     for task_id in sorted(by_task):

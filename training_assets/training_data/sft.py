@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from training_assets.training_data.common import BuildResult, has_completion, messages_json, trace_messages
+from training_assets.training_data.common import BuildResult, as_trace, has_completion, messages_json, trace_messages
 from training_assets.traces import Trace
 
 
-def build_sft_examples(traces: Iterable[Trace], tokenizer: Any = None, max_tokens: int | None = None) -> BuildResult:
+def build_sft_examples(traces: Iterable[Trace | Mapping[str, Any]], tokenizer: Any = None, max_tokens: int | None = None) -> BuildResult:
     """One example per successful trace: ``{id, task_id, messages}`` (+ ``input_ids``, ``assistant_mask``, ``n_tokens``).
 
     Multi-turn conversations keep their tool calls and tool results. With a ``tokenizer`` (one
@@ -24,7 +24,7 @@ def build_sft_examples(traces: Iterable[Trace], tokenizer: Any = None, max_token
     """
     result = BuildResult()
     seen: set[str] = set()
-    for trace in sorted(traces, key=lambda t: (t.task_id, t.trace_id)):
+    for trace in sorted(map(as_trace, traces), key=lambda t: (t.task_id, t.trace_id)):
         if not trace.outcome.success:
             result.skipped.append((trace.trace_id, "not successful"))
             continue
