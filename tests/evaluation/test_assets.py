@@ -9,7 +9,7 @@ from training_assets.defs.evaluation.assets import merged_eval_report, sft_eval_
 from training_assets.defs.registry.assets import registry_entry
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.deploy import DeploymentTarget
-from training_assets import evaluation as eval_hooks
+from training_assets import evaluation
 from training_assets.trainers.manifest import read_manifest, write_asset_manifest
 from training_assets.lineage import Lineage
 from training_assets.registry import ModelRegistry, register_checkpoint
@@ -64,7 +64,7 @@ def test_failed_gate_blocks_registration_and_says_why(upstream, tracking_uri):
 
 def test_a_checkpoint_worse_than_the_registered_model_is_not_promoted(upstream, tracking_uri, tiny_checkpoints):
     registry = ModelRegistry(tracking_uri)
-    same_setup = eval_hooks.eval_config_id(eval_hooks.load_cases(), [], 30, FAST["max_new_tokens"])
+    same_setup = evaluation.eval_config_id(evaluation.load_cases(), [], 30, FAST["max_new_tokens"])
     register_checkpoint(registry, tiny_checkpoints["base"], DeploymentTarget("generator", "agent"), "incumbent",
                         Lineage(eval_summary={"metrics": {"pass_rate": 0.99, "pass_rate/safety": 1.0},
                                               "eval_config": same_setup}))

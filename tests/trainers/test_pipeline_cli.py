@@ -67,6 +67,21 @@ def test_cli_train_plans_by_default_and_merges(tmp_path, capsys, tokenizer_dir, 
     assert "materialise sft_checkpoint first" in capsys.readouterr().err
 
 
+def test_cli_sets_nested_options_and_names_a_bad_choice(tmp_path, capsys, tokenizer_dir, base_model_dir,
+                                                         preference_pairs):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in preference_pairs))
+    common = ["train", "dpo", "--examples", str(pairs), "--set", f"base_model={base_model_dir}",
+              "--set", f"tokenizer={tokenizer_dir}", "--output-dir", str(tmp_path / "run"), "--json"]
+    assert cli.main([*common, "--set", "dpo.loss_type=ipo", "--set", "dpo.beta=0.2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["dpo"] == {"beta": 0.2, "loss_type": "ipo", "label_smoothing": 0.0, "precompute_ref_logps": True}
+    assert out["plan"]["planned_steps"] == 2  # 16 pairs, batch 8, one epoch
+    assert cli.main([*common, "--set", "dpo.loss_type=ipoo"]) == 2
+    assert "TrainConfig.dpo.loss_type: Input should be 'sigmoid', 'ipo' or 'hinge'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # plans write nothing
+
+
 def test_run_pretrain_pipeline_on_texts_with_eval_and_registration(tmp_path, tokenizer):
     from training_assets.registry import ModelRegistry
     from training_assets.evaluation import cases_from_held_out

@@ -1,7 +1,8 @@
 """Eval reports: the reliability suite and lm-eval benchmarks per checkpoint, with the gates.
 
-``sft_eval_report`` gates alignment (dpo/grpo depend on it); ``merged_eval_report`` gates
-registration, also against the model currently registered for the role. Each gate is a blocking
+``sft_eval_report`` gates alignment (dpo/grpo depend on it); ``dpo_eval_report`` and
+``grpo_eval_report`` gate the merge (``merged_adapter`` depends on both); ``merged_eval_report``
+gates registration, also against the model currently registered for the role. Each gate is a blocking
 asset check: when it fails, downstream assets do not run and the check says why.
 """
 
@@ -148,8 +149,8 @@ def _eval_asset(asset_key: str, checkpoint: str, config_class: type, description
 sft_eval_report = _eval_asset("sft_eval_report", "sft_checkpoint", EvalReportConfig,
                               "Reliability suite + lm-eval on the SFT checkpoint; its gate stops DPO/GRPO.")
 dpo_eval_report = _eval_asset("dpo_eval_report", "dpo_checkpoint", AlignedEvalConfig,
-                              "Reliability suite on the DPO adapter (informational: the merge is what gets promoted).")
+                              "Reliability suite on the DPO adapter; its gate stops the merge.")
 grpo_eval_report = _eval_asset("grpo_eval_report", "grpo_checkpoint", AlignedEvalConfig,
-                               "Reliability suite on the GRPO adapter (informational: the merge is what gets promoted).")
+                               "Reliability suite on the GRPO adapter; its gate stops the merge.")
 merged_eval_report = _eval_asset("merged_eval_report", "merged_adapter", PromotionEvalConfig,
                                  "Promotion gate: thresholds and no worse than the model registered for the role.")
