@@ -193,12 +193,12 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def subprocess_launcher(result_path: str | os.PathLike[str] | None = None) -> Launcher:
-    """Run the command as a child process and read the result file its rank 0 wrote (no Pipes channel)."""
+def subprocess_launcher() -> Launcher:
+    """Run the command as a child process and read the result file its rank 0 wrote beside the job spec."""
     import subprocess
 
     def launch(argv: list[str]) -> Mapping[str, Any]:
-        path = Path(result_path) if result_path else Path(argv[-1]).parent / "result.json"
+        path = Path(argv[-1]).parent / "result.json"
         path.unlink(missing_ok=True)  # a stale result must never be mistaken for this run's
         done = subprocess.run(argv)
         if done.returncode != 0 or not path.is_file():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,7 @@ class Plan(FieldsMapping):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**data)
 
 
 def tokenizer_vocab_size(config: TrainConfig) -> int | None:

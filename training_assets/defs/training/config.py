@@ -32,11 +32,10 @@ def _fields(spec: type[BaseModel], names: Sequence[str], defaults: Mapping[str, 
 
 
 def spec_config(name: str, spec: type[BaseModel], names: Sequence[str] | None = None,
-                defaults: Mapping[str, Any] | None = None, base: type[dg.Config] = dg.Config,
-                **extra: Any) -> type[dg.Config]:
+                defaults: Mapping[str, Any] | None = None, **extra: Any) -> type[dg.Config]:
     """A ``dg.Config`` class with ``spec``'s fields ``names`` (all by default), ``defaults`` changed, plus ``extra``."""
     fields = _fields(spec, names if names is not None else list(spec.model_fields), defaults or {})
-    return pydantic.create_model(name, __base__=base, __doc__=f"Run config built from {spec.__name__}.",
+    return pydantic.create_model(name, __base__=dg.Config, __doc__=f"Run config built from {spec.__name__}.",
                                  **fields, **extra)
 
 
