@@ -94,7 +94,7 @@ def worker(framework: str, kind: str, workdir: Path, steps: int, threads: int) -
     out = tempfile.mkdtemp(prefix=f"bench-{framework}-{kind}-")
     losses: list[float] = []
     if framework == "ours":
-        from training_assets.trainers import TrainConfig, get_trainer
+        from training_assets.trainers import DpoSpec, GrpoSpec, TrainConfig, get_trainer
 
         common = dict(base_model=model_dir, tokenizer=str(workdir / "tokenizer"), output_dir=out, max_steps=steps,
                       lr=LR, seed=SEED, max_seq_len=256, warmup_steps=0, lr_scheduler="linear")
@@ -102,12 +102,12 @@ def worker(framework: str, kind: str, workdir: Path, steps: int, threads: int) -
             trainer = get_trainer("sft", TrainConfig(batch_size=BATCH, **common))
             data = [{"messages": r["messages"]} for r in rows[:n_examples]]
         elif kind == "dpo":
-            trainer = get_trainer("dpo", TrainConfig(batch_size=BATCH, beta=0.1, **common))
+            trainer = get_trainer("dpo", TrainConfig(batch_size=BATCH, dpo=DpoSpec(beta=0.1), **common))
             data = [{"id": str(i), "prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
                     for i, r in enumerate(rows[:n_examples])]
         else:
-            trainer = get_trainer("grpo", TrainConfig(batch_size=2, num_generations=4, max_new_tokens=16, kl_beta=0.0,
-                                                      grpo_loss_type="dapo", temperature=1.0, **common), reward_fn=_reward)
+            grpo = GrpoSpec(num_generations=4, max_new_tokens=16, kl_beta=0.0, loss_type="dapo", temperature=1.0)
+            trainer = get_trainer("grpo", TrainConfig(batch_size=2, grpo=grpo, **common), reward_fn=_reward)
             data = [{"group_id": str(i), "prompt": r["prompt"], "expected_answer": r["expected_answer"]}
                     for i, r in enumerate(rows[: steps * 2])]
         result = trainer.train(data)

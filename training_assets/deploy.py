@@ -1,8 +1,8 @@
 """The deploy seam to vLLM: load a LoRA adapter into a running server, or record how to serve it.
 
     target = DeploymentTarget(role="generator", served_model_name="agent-generator",
-                              base_url="http://127.0.0.1:8000")
-    deployment = deploy(target, checkpoint_dirs)
+                              base_url="http://127.0.0.1:8000/v1")   # stored as http://127.0.0.1:8000
+    deployment = deploy(target, checkpoint_dir, base_model_dir)   # base_model_dir None for a full model
 
 With a ``base_url`` and an adapter, the adapter is loaded at runtime through vLLM's
 ``POST /v1/load_lora_adapter`` (the server must run with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``
@@ -36,8 +36,14 @@ class DeploymentTarget:
 
     role: str
     served_model_name: str
-    base_url: str | None = None  # e.g. http://127.0.0.1:8000 ; None: record the serve command only
+    base_url: str | None = None  # the server's root; a trailing /v1 (OpenAI-client style) is dropped; None: command only
     max_lora_rank: int = 64  # vLLM's --max-lora-rank must be >= the adapter's r
+
+    def __post_init__(self) -> None:
+        # The seed writes base_url="http://localhost:8000/v1" (what an OpenAI client takes); the
+        # endpoints below add /v1 themselves, so keep the server root only.
+        if self.base_url is not None:
+            object.__setattr__(self, "base_url", self.base_url.rstrip("/").removesuffix("/v1"))
 
 
 @dataclass(frozen=True)

@@ -20,42 +20,36 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
-@dataclass(frozen=True)
-class LoraSpec:
+class LoraSpec(BaseModel):
     """A LoRA adapter (Hu et al. 2021, https://arxiv.org/abs/2106.09685): ``W + (alpha/r)·B·A``."""
 
-    r: int = 16  # rank of the update; 8–64 is usual, higher = more capacity and memory
-    alpha: int = 32  # update scale numerator: effective scale alpha/r
-    dropout: float = 0.0  # dropout on the adapter input (0 keeps runs bit-reproducible)
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    use_dora: bool = False  # DoRA (Liu et al. 2024): magnitude/direction split of the update
-    quant_4bit: bool = False  # QLoRA (Dettmers et al. 2023): NF4 base via bitsandbytes; CUDA only
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def __post_init__(self) -> None:
-        if self.r <= 0:
-            raise ValueError(f"LoraSpec.r must be positive, got {self.r}")
-        if not self.target_modules:
-            raise ValueError("LoraSpec.target_modules is empty: name at least one module (e.g. 'q_proj')")
-        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+    r: int = Field(16, gt=0, description="Rank of the update; 8-64 is usual, higher = more capacity and memory.")
+    alpha: int = Field(32, gt=0, description="Update scale numerator: the effective scale is alpha/r.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input (0 keeps runs bit-reproducible).")
+    target_modules: tuple[str, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                                            min_length=1, description="Linear layers that get an adapter.")
+    use_dora: bool = Field(False, description="DoRA (Liu et al. 2024): magnitude/direction split of the update.")
+    quant_4bit: bool = Field(False, description="QLoRA (Dettmers et al. 2023): NF4 base via bitsandbytes; CUDA only.")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["target_modules"] = list(self.target_modules)
-        return d
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> LoraSpec | None:
-        return None if d is None else cls(**d)
+        return None if d is None else cls.model_validate(d)
 
 
 class QLoraUnavailableError(RuntimeError):
@@ -160,15 +154,6 @@ def write_adapter_config(adapter_dir: str | Path, config: dict[str, Any]) -> Pat
     path = Path(adapter_dir) / ADAPTER_CONFIG
     path.write_text(json.dumps(canonical_adapter_config(config), indent=2, sort_keys=True) + "\n")
     return path
-
-
-def load_adapter(base_model_dir: str | Path, adapter_dir: str | Path, **kwargs: Any) -> Any:
-    """Load a base model and put the PEFT adapter in ``adapter_dir`` on it."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(str(base_model_dir), **kwargs)
-    return PeftModel.from_pretrained(base, str(adapter_dir))
 
 
 # ---------------------------------------------------------------- TIES merging (NumPy)

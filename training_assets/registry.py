@@ -1,8 +1,9 @@
 """The model registry: which checkpoint serves each role, what trained it, and how to roll back.
 
     registry = ModelRegistry("sqlite:///data/mlflow/mlflow.db")
-    entry = register_checkpoint(registry, "data/merged_adapter", DeploymentTarget("generator", "agent"),
-                                checkpoint_id="merged-3f2a", lineage=lineage)
+    entry = registry.register("data/merged_adapter", DeploymentTarget("generator", "agent"),
+                              checkpoint_id="merged-3f2a", lineage=collect_lineage(root, "merged_adapter"))
+    register_checkpoint(registry, "data/merged_adapter", target, "merged-3f2a")   # the seed's name for the same
     registry.pick_for_role("generator").lineage.trace_partitions   # which traces trained it
     registry.rollback("generator")                                 # the alias goes back one step
 
@@ -32,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.deploy import Deployment, DeploymentError, DeploymentTarget, deploy, undo_deploy
-from training_assets.storage import canonical_json, fingerprint, write_json_atomic
+from training_assets.lineage import Lineage
+from training_assets.storage import canonical_json, fingerprint
 from training_assets.tracking import local_artifact_location
-from training_assets.evaluation.loading import CheckpointDirs, resolve_checkpoint
+from training_assets.trainers.loading import resolve_checkpoint
+from training_assets.trainers.manifest import (MANIFEST_FILE, CheckpointManifest, folder_manifest, read_manifest_file,
+                                               snapshot_manifest, write_manifest)
 
 DEFAULT_MODEL_NAME = "agent-model"
 REGISTRY_EXPERIMENT = "model_registry"
@@ -42,19 +46,6 @@ DEFINITION_ARTIFACT = "model_definition.json"
 SNAPSHOT_DIR = "model"
 _ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Everything needed to answer "what trained this model?"."""
-
-    trace_partitions: tuple[str, ...] = ()  # raw_traces batch ids that fed the corpus
-    corpus_version: str | None = None
-    dataset_versions: Mapping[str, str] = field(default_factory=dict)  # sft_dataset, preference_pairs, ...
-    tokenizer_hash: str | None = None
-    training_run_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # asset -> {mlflow, dagster}
-    eval_summary: Mapping[str, Any] = field(default_factory=dict)  # {"metrics": {...}, "gate": [...]}
-    upstream_data_versions: Mapping[str, str] = field(default_factory=dict)  # Dagster data versions by asset key
 
 
 @dataclass(frozen=True)
@@ -105,67 +96,17 @@ def _local_artifact_path(artifact_uri: str) -> Path:
     return uri_path(artifact_uri)
 
 
-def lineage_from_manifests(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Dataset versions and training run ids gathered from checkpoint manifests (GRAPH.md contract).
-
-    ``manifests`` maps checkpoint asset keys to their manifest dicts; upstream checkpoints' own
-    data versions (``*_checkpoint``, ``merged_adapter``) are kept under ``upstream_data_versions``.
-    """
-    datasets: dict[str, str] = {}
-    upstream: dict[str, str] = {}
-    runs: dict[str, dict[str, str]] = {}
-    for asset, manifest in sorted(manifests.items()):
-        for key, version in sorted((manifest.get("data_versions") or {}).items()):
-            (upstream if key.endswith(("_checkpoint", "_adapter")) or key == "tokenizer" else datasets)[key] = str(version)
-        runs[asset] = {k: str(manifest[f"{k}_run_id"]) for k in ("mlflow", "dagster") if manifest.get(f"{k}_run_id")}
-    return {"dataset_versions": datasets, "upstream_data_versions": upstream, "training_run_ids": runs}
-
-
-def collect_lineage(root: str | os.PathLike[str] | None, checkpoint_asset: str,
-                    eval_summary: Mapping[str, Any] | None = None) -> Lineage:
-    """Lineage of a checkpoint asset from the files upstream stages wrote (no Dagster needed).
-
-    Walks the manifests from ``checkpoint_asset`` up through every ``*_checkpoint`` /
-    ``*_adapter`` named in ``data_versions``, and refuses when an upstream checkpoint was
-    re-trained after this one was made (its current data version differs from the recorded one):
-    the lineage would name the wrong run. Trace partitions are the batch ids of the curated
-    corpus rows (the corpus feeds the tokenizer and every dataset).
-    """
-    from training_assets.data_engine import corpus_version, load_curated_corpus
-    from training_assets.tokenizer_trainer import tokenizer_hash
-    from training_assets.trainers.checkpoints import read_manifest
-
-    manifests: dict[str, dict[str, Any]] = {}
-    pending = [(checkpoint_asset, None)]
-    while pending:
-        asset, expected = pending.pop()
-        manifest = read_manifest(root, asset)
-        if expected is not None and manifest.get("data_version") != expected:
-            raise RegistryError(f"{asset} is now {manifest.get('data_version')} but {checkpoint_asset}'s chain was "
-                                f"trained on {expected}: re-materialise the downstream checkpoints first")
-        if asset in manifests:
-            continue
-        manifests[asset] = manifest
-        pending += [(k, v) for k, v in (manifest.get("data_versions") or {}).items()
-                    if k.endswith(("_checkpoint", "_adapter"))]
-    batches = load_curated_corpus(root).column("batch_id").to_pylist()
-    gathered = lineage_from_manifests(manifests)
-    gathered["upstream_data_versions"][checkpoint_asset] = str(manifests[checkpoint_asset].get("data_version"))
-    return Lineage(trace_partitions=tuple(sorted({b for b in batches if b})), corpus_version=corpus_version(root),
-                   tokenizer_hash=tokenizer_hash(root), eval_summary=dict(eval_summary or {}), **gathered)
-
-
-def promotion_verdict(eval_report: Mapping[str, Any], manifest: Mapping[str, Any]) -> tuple[bool, str]:
+def promotion_verdict(eval_report: Mapping[str, Any], manifest: CheckpointManifest) -> tuple[bool, str]:
     """May this checkpoint be registered? Only when its stored eval report is about this very
     checkpoint (same data version) and its gate passed."""
-    evaluated, current = eval_report.get("checkpoint_data_version"), manifest.get("data_version")
+    evaluated, current = eval_report.get("checkpoint_data_version"), manifest.data_version
     if evaluated != current:
         return False, (f"the eval report is for {eval_report.get('checkpoint_asset')} {evaluated} but the checkpoint is "
                        f"now {current}: re-materialise the eval report")
     gate = eval_report.get("gate") or {}
     if not gate.get("passed"):
         return False, "the eval gate failed: " + "; ".join(gate.get("reasons", ["no gate decision in the report"]))
-    return True, f"gate passed for {manifest.get('asset')} {current}"
+    return True, f"gate passed for {manifest.asset} {current}"
 
 
 class ModelRegistry:
@@ -259,21 +200,25 @@ class ModelRegistry:
         self.client.set_registered_model_tag(self.model_name, f"role_history.{role}", json.dumps(history))
         self.client.set_registered_model_alias(self.model_name, role, str(version))
 
-    def _snapshot(self, run_id: str, dirs: CheckpointDirs) -> Path:
+    def _snapshot(self, run_id: str, source: str | os.PathLike[str]) -> Path:
         """Copy the checkpoint (weights, tokenizer, base for an adapter) into the run's artifacts.
 
         The checkpoint assets are replaced whole on every re-materialisation, so a registered
-        version must not point at them: rollback would serve whatever was trained last.
+        version must not point at them: rollback would serve whatever was trained last. The
+        snapshot's manifest keeps the source's provenance with paths relative to the snapshot.
         """
+        dirs = resolve_checkpoint(source)
+        if (Path(source) / MANIFEST_FILE).is_file():
+            manifest = read_manifest_file(source)
+        else:
+            manifest = folder_manifest(dirs.checkpoint_dir, dirs.tokenizer_dir, dirs.base_model_dir, Path(source).name)
         with tempfile.TemporaryDirectory() as tmp:
             staged = Path(tmp) / SNAPSHOT_DIR
             shutil.copytree(dirs.checkpoint_dir, staged / "checkpoint")
             shutil.copytree(dirs.tokenizer_dir, staged / "tokenizer")
             if dirs.base_model_dir is not None:
                 shutil.copytree(dirs.base_model_dir, staged / "base_model")
-            write_json_atomic(staged / "manifest.json", {  # relative paths: valid wherever the artifacts land
-                "kind": "adapter" if dirs.is_adapter else "full", "checkpoint_dir": "checkpoint",
-                "base_model_dir": "base_model" if dirs.is_adapter else None, "tokenizer_dir": "tokenizer"})
+            write_manifest(staged, snapshot_manifest(manifest))
             self.client.log_artifacts(run_id, str(staged), SNAPSHOT_DIR)
         return _local_artifact_path(self.client.get_run(run_id).info.artifact_uri) / SNAPSHOT_DIR
 
@@ -308,6 +253,49 @@ class ModelRegistry:
         client.set_terminated(run_id, "FINISHED")
         return number
 
+    def register(self, checkpoint_path: str | os.PathLike[str], target: DeploymentTarget, checkpoint_id: str,
+                 lineage: Lineage | None = None) -> ModelDefinition:
+        """Register ``checkpoint_path`` for ``target.role``, deploy it, and return its definition.
+
+        Idempotent: a ``checkpoint_id`` already registered returns that version unchanged (its alias
+        is not moved: after a rollback, re-running registration does not silently re-promote; use
+        ``rollback(role, to_version=...)`` to promote an old version). Otherwise, in this order:
+        snapshot the checkpoint into a registration run, deploy from the snapshot (an unreachable
+        server raises here), create the version and move the alias. A failure at any step removes
+        the run and version it created and undoes a runtime adapter load: nothing is registered
+        half-way.
+        """
+        if not _ROLE.match(target.role):
+            raise ValueError(f"role {target.role!r}: use lowercase letters, digits, '-' or '_' (it becomes an MLflow alias)")
+        if not _CHECKPOINT_ID.match(checkpoint_id):
+            raise ValueError(f"checkpoint_id {checkpoint_id!r}: use letters, digits and . _ : - (it is searched as a tag)")
+        existing = self.find(checkpoint_id)
+        if existing is not None:
+            return replace(existing, note=f"already registered: checkpoint {checkpoint_id} is version {existing.version}")
+        resolve_checkpoint(checkpoint_path)  # fails early on a path that is not a checkpoint
+        run = self.client.create_run(self._experiment_id(), run_name=f"register-{checkpoint_id}",
+                                     tags={"checkpoint_id": checkpoint_id, "role": target.role})
+        run_id = run.info.run_id
+        deployment: Deployment | None = None
+        try:
+            snapshot = self._snapshot(run_id, checkpoint_path)
+            dirs = resolve_checkpoint(snapshot)
+            deployment = deploy(target, dirs.checkpoint_dir, dirs.base_model_dir)
+            definition = ModelDefinition(
+                name=self.model_name, role=target.role, served_model_name=target.served_model_name,
+                base_url=target.base_url, checkpoint_id=checkpoint_id, checkpoint_uri=_uri(snapshot),
+                adapter_uri=_uri(dirs.checkpoint_dir) if dirs.is_adapter else None,
+                base_model=str(dirs.base_model_dir or dirs.checkpoint_dir), source_uri=_uri(checkpoint_path),
+                lineage=lineage or Lineage(), deployment=deployment.to_dict())
+            version = self._create_version(run_id, definition)
+        except BaseException as exc:
+            self.client.delete_run(run_id)
+            undone = undo_deploy(deployment) if deployment is not None else "nothing deployed"
+            if isinstance(exc, DeploymentError):
+                raise DeploymentError(f"{exc}; nothing registered") from exc
+            raise RegistryError(f"registering {checkpoint_id} failed ({exc}); nothing registered; deployment: {undone}") from exc
+        return replace(definition, version=version, note=f"registered {checkpoint_id} as version {version} for {target.role}")
+
     def rollback(self, role: str, to_version: int | None = None, target: DeploymentTarget | None = None) -> tuple[ModelDefinition, str]:
         """Move ``role``'s alias back: to the previously promoted version, or to ``to_version``.
 
@@ -333,46 +321,8 @@ class ModelRegistry:
 
 def register_checkpoint(registry: ModelRegistry, checkpoint_path: str | os.PathLike[str], target: DeploymentTarget,
                         checkpoint_id: str, lineage: Lineage | None = None) -> ModelDefinition:
-    """Register ``checkpoint_path`` for ``target.role``, deploy it, and return its definition.
-
-    Idempotent: a ``checkpoint_id`` already registered returns that version unchanged (its alias is
-    not moved: after a rollback, re-running registration does not silently re-promote; use
-    ``rollback(role, to_version=...)`` to promote an old version). Otherwise, in this order:
-    snapshot the checkpoint into a registration run, deploy from the snapshot (an unreachable
-    server raises here), create the version and move the alias. A failure at any step removes the
-    run and version it created and undoes a runtime adapter load: nothing is registered half-way.
-    """
-    if not _ROLE.match(target.role):
-        raise ValueError(f"role {target.role!r}: use lowercase letters, digits, '-' or '_' (it becomes an MLflow alias)")
-    if not _CHECKPOINT_ID.match(checkpoint_id):
-        raise ValueError(f"checkpoint_id {checkpoint_id!r}: use letters, digits and . _ : - (it is searched as a tag)")
-    existing = registry.find(checkpoint_id)
-    if existing is not None:
-        return replace(existing, note=f"already registered: checkpoint {checkpoint_id} is version {existing.version}")
-    source = resolve_checkpoint(checkpoint_path)  # fails early on a path that is not a checkpoint
-    client = registry.client
-    run = client.create_run(registry._experiment_id(), run_name=f"register-{checkpoint_id}",
-                            tags={"checkpoint_id": checkpoint_id, "role": target.role})
-    run_id = run.info.run_id
-    deployment: Deployment | None = None
-    try:
-        snapshot = registry._snapshot(run_id, source)
-        dirs = resolve_checkpoint(snapshot)
-        deployment = deploy(target, dirs.checkpoint_dir, dirs.base_model_dir)
-        definition = ModelDefinition(
-            name=registry.model_name, role=target.role, served_model_name=target.served_model_name,
-            base_url=target.base_url, checkpoint_id=checkpoint_id, checkpoint_uri=_uri(snapshot),
-            adapter_uri=_uri(dirs.checkpoint_dir) if dirs.is_adapter else None,
-            base_model=str(dirs.base_model_dir or dirs.checkpoint_dir), source_uri=_uri(checkpoint_path),
-            lineage=lineage or Lineage(), deployment=deployment.to_dict())
-        version = registry._create_version(run_id, definition)
-    except BaseException as exc:
-        client.delete_run(run_id)
-        undone = undo_deploy(deployment) if deployment is not None else "nothing deployed"
-        if isinstance(exc, DeploymentError):
-            raise DeploymentError(f"{exc}; nothing registered") from exc
-        raise RegistryError(f"registering {checkpoint_id} failed ({exc}); nothing registered; deployment: {undone}") from exc
-    return replace(definition, version=version, note=f"registered {checkpoint_id} as version {version} for {target.role}")
+    """The seed's name for ``registry.register(checkpoint_path, target, checkpoint_id, lineage)``."""
+    return registry.register(checkpoint_path, target, checkpoint_id, lineage)
 
 
 def definition_json(definition: ModelDefinition) -> str:

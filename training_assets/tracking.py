@@ -1,10 +1,14 @@
-"""MLflow tracking for training runs.
+"""Experiment tracking for training runs: MLflow or Weights & Biases (``TrainConfig.tracker``).
 
-Embedded default: a SQLite store under the data root (``<root>/mlflow/mlflow.db``, the same URI
-the Dagster ``mlflow`` resource gives); in production set ``TrainConfig.tracking_uri`` or
-``$MLFLOW_TRACKING_URI`` to a server. A run logs the config as params, per-step metrics
-(loss, lr, tokens/s), the loss curve as a PNG artifact, the checkpoint path and the summary,
-tagged with ``dagster_run_id`` when the caller passes it in ``tracker_tags``.
+MLflow: embedded default a SQLite store under the data root (``<root>/mlflow/mlflow.db``, the same
+URI the Dagster ``mlflow`` resource gives); in production set ``TrainConfig.tracking_uri`` or
+``$MLFLOW_TRACKING_URI`` to a server. A run logs the config and the plan as params, per-step
+metrics (loss, lr, tokens/s), the loss curve as a PNG artifact, the checkpoint path and the
+summary, tagged with ``dagster_run_id`` when the caller passes it in ``tracker_tags``.
+
+wandb: the same metrics, config, tags, summary and loss-curve image in a ``wandb`` run under
+``<output_dir>/wandb/``. Without ``WANDB_API_KEY`` (or an explicit ``WANDB_MODE``) the run is
+offline: a real run directory, nothing sent anywhere; ``wandb sync <run dir>`` uploads it later.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class _NoRun:
     """Tracking disabled (tracker='none' or a non-main process)."""
 
     run_id: str | None = None
+    uri: str | None = None
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
         return None
@@ -73,8 +78,8 @@ class _NoRun:
 class MlflowRun:
     """One MLflow run; ``log_step`` is the loop callback, ``finish`` logs the curve and the checkpoint."""
 
-    def __init__(self, client: Any, run_id: str) -> None:
-        self.client, self.run_id = client, run_id
+    def __init__(self, client: Any, run_id: str, uri: str) -> None:
+        self.client, self.run_id, self.uri = client, run_id, uri
         self._buffer: list[Any] = []
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -102,6 +107,52 @@ class MlflowRun:
         self.client.log_image(self.run_id, _png_to_array(loss_curve_png(result.losses)), artifact_file="loss_curve.png")
 
 
+class WandbRun:
+    """One wandb run; the same callbacks as ``MlflowRun``."""
+
+    def __init__(self, run: Any) -> None:
+        self.run, self.run_id, self.uri = run, run.id, str(Path(run.dir).parent)  # .../wandb/<offline-run-...>
+
+    def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log({k: float(v) for k, v in metrics.items()}, step=step)
+
+    def finish(self, result: Any, checkpoint_dir: str) -> None:
+        import wandb
+
+        self.run.summary.update({"final_loss": result.final_loss, "tokens_per_s": result.tokens_per_s,
+                                 "peak_rss_mb": result.peak_rss_mb, "wall_s": result.wall_s, "steps": result.steps,
+                                 "checkpoint_dir": checkpoint_dir, "resumed_from": result.resumed_from or ""})
+        curve = Path(self.uri) / "loss_curve.png"
+        curve.write_bytes(loss_curve_png(result.losses))
+        self.run.log({"loss_curve": wandb.Image(str(curve))}, step=max(result.steps, 0))
+
+
+def wandb_mode() -> str:
+    """``$WANDB_MODE`` when set, else online only with an API key: a host without one never tries the network."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+@contextlib.contextmanager
+def _wandb_run(config: Any, plan: Any) -> Iterator[WandbRun]:
+    try:
+        import wandb
+    except ImportError as exc:
+        raise RuntimeError("tracker='wandb' needs wandb: pip install 'training-assets[wandb]'") from exc
+    folder = Path(config.output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(project=os.environ.get("WANDB_PROJECT", EXPERIMENT), name=config.run_name or plan.kind,
+                     dir=str(folder), mode=wandb_mode(), tags=[f"{k}:{v}" for k, v in sorted((config.tracker_tags or {}).items())],
+                     config={**config.to_dict(), "plan": plan.to_dict()}, settings=wandb.Settings(silent=True))
+    try:
+        yield WandbRun(run)
+    except BaseException:
+        run.finish(exit_code=1)
+        raise
+    run.finish()
+
+
 def _png_to_array(png: bytes) -> Any:
     import matplotlib.image as mpimg
 
@@ -110,12 +161,16 @@ def _png_to_array(png: bytes) -> Any:
 
 @contextlib.contextmanager
 def start_run(config: Any, plan: Any, enabled: bool = True) -> Iterator[Any]:
-    """Context: an ``MlflowRun`` when ``config.tracker == "mlflow"`` (and ``enabled``), else a no-op run.
+    """Context: an ``MlflowRun`` / ``WandbRun`` for ``config.tracker`` (when ``enabled``), else a no-op run.
 
-    A failed training marks the MLflow run FAILED rather than leaving it RUNNING.
+    A failed training marks the run FAILED rather than leaving it RUNNING.
     """
-    if config.tracker != "mlflow" or not enabled:
+    if config.tracker == "none" or not enabled:
         yield _NoRun()
+        return
+    if config.tracker == "wandb":
+        with _wandb_run(config, plan) as run:
+            yield run
         return
     from mlflow.tracking import MlflowClient
 
@@ -132,7 +187,7 @@ def start_run(config: Any, plan: Any, enabled: bool = True) -> Iterator[Any]:
     from mlflow.entities import Param
 
     client.log_batch(run_id, params=[Param(k, v) for k, v in sorted(params.items())])
-    tracked = MlflowRun(client, run_id)
+    tracked = MlflowRun(client, run_id, uri)
     try:
         yield tracked
     except BaseException:

@@ -74,16 +74,17 @@ def tiny_checkpoints(tmp_path_factory):
 
 
 def write_manifest(root, asset_key, kind, checkpoint_dir, base_model_dir, tokenizer_dir, data_versions=None,
-                   run_id="mlflow-run-1"):
-    """Write a checkpoint manifest as the trainers do (GRAPH.md contract)."""
-    folder = root / asset_key
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = {"asset": asset_key, "kind": kind, "checkpoint_dir": str(checkpoint_dir),
-                "base_model_dir": str(base_model_dir) if base_model_dir else None,
-                "tokenizer_dir": str(tokenizer_dir), "train": {"steps": 3, "final_loss": 5.0},
-                "mlflow_run_id": run_id, "dagster_run_id": "dagster-run-1",
-                "data_versions": data_versions or {"sft_dataset": "v-sft"}, "config": {"lr": 1e-3}}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+                   run_id="mlflow-run-1", data_version=None):
+    """Write a checkpoint manifest through the manifest module, as the trainers do."""
+    from training_assets.trainers.manifest import CheckpointManifest, TrainSummary, write_asset_manifest
+
+    manifest = CheckpointManifest(
+        asset=asset_key, kind=kind, checkpoint_dir=str(checkpoint_dir),
+        base_model_dir=str(base_model_dir) if base_model_dir else None, tokenizer_dir=str(tokenizer_dir),
+        data_version=data_version or f"dv-{asset_key}", data_versions=data_versions or {"sft_dataset": "v-sft"},
+        train=TrainSummary(steps=3, final_loss=5.0), config={"lr": 1e-3}, tracker="mlflow", tracker_run_id=run_id,
+        dagster_run_id="dagster-run-1")
+    write_asset_manifest(root, manifest)
     return manifest
 
 
@@ -115,9 +116,7 @@ def upstream(data_root, tiny_checkpoints):
         "merged_adapter": ("adapter", adapter, base, {"dpo_checkpoint": "dv-dpo_checkpoint", "grpo_checkpoint": "dv-grpo_checkpoint"}),
     }
     for key, (kind, ckpt, base_dir, versions) in chain.items():
-        manifest = write_manifest(data_root, key, kind, ckpt, base_dir, tok, versions, run_id=f"mlflow-{key}")
-        manifest["data_version"] = f"dv-{key}"
-        (data_root / key / "manifest.json").write_text(json.dumps(manifest))
+        write_manifest(data_root, key, kind, ckpt, base_dir, tok, versions, run_id=f"mlflow-{key}")
     return data_root
 
 

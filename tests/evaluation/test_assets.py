@@ -9,8 +9,10 @@ from training_assets.defs.evaluation.assets import merged_eval_report, sft_eval_
 from training_assets.defs.registry.assets import registry_entry
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.deploy import DeploymentTarget
-from training_assets.registry import Lineage, ModelRegistry, register_checkpoint
-from training_assets.trainers import eval_hooks
+from training_assets import evaluation
+from training_assets.trainers.manifest import read_manifest, write_asset_manifest
+from training_assets.lineage import Lineage
+from training_assets.registry import ModelRegistry, register_checkpoint
 
 FAST = {"benchmark_tasks": [], "max_bpb_vs_uniform": None, "max_new_tokens": 4}
 
@@ -62,7 +64,7 @@ def test_failed_gate_blocks_registration_and_says_why(upstream, tracking_uri):
 
 def test_a_checkpoint_worse_than_the_registered_model_is_not_promoted(upstream, tracking_uri, tiny_checkpoints):
     registry = ModelRegistry(tracking_uri)
-    same_setup = eval_hooks.eval_config_id(eval_hooks.load_cases(), [], 30, FAST["max_new_tokens"])
+    same_setup = evaluation.eval_config_id(evaluation.load_cases(), [], 30, FAST["max_new_tokens"])
     register_checkpoint(registry, tiny_checkpoints["base"], DeploymentTarget("generator", "agent"), "incumbent",
                         Lineage(eval_summary={"metrics": {"pass_rate": 0.99, "pass_rate/safety": 1.0},
                                               "eval_config": same_setup}))
@@ -85,14 +87,31 @@ def test_an_incumbent_measured_another_way_is_evaluated_again_before_comparing(u
 
 def test_registry_entry_refuses_a_report_about_another_checkpoint(upstream, tracking_uri):
     assert _run(upstream, tracking_uri, FAST, assets=(merged_eval_report,)).success
-    manifest = json.loads((upstream / "merged_adapter" / "manifest.json").read_text())
-    manifest["data_version"] = "dv-retrained"
-    (upstream / "merged_adapter" / "manifest.json").write_text(json.dumps(manifest))
+    manifest = read_manifest(upstream, "merged_adapter")
+    write_asset_manifest(upstream, manifest.model_copy(update={"data_version": "dv-retrained"}))
     result = _run(upstream, tracking_uri, FAST, assets=(registry_entry,))
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "re-materialise the eval report" in str(failure.event_specific_data.error.message)
     assert ModelRegistry(tracking_uri).list() == []
+
+
+def test_a_failed_align_gate_blocks_the_merge(upstream, tracking_uri):
+    """Issue 11: merged_adapter depends on the DPO and GRPO eval reports, so their blocking gates stop it."""
+    from training_assets.defs.evaluation.assets import dpo_eval_report, grpo_eval_report
+    from training_assets.defs.training.assets import merged_adapter
+
+    before = read_manifest(upstream, "merged_adapter")
+    strict = {**FAST, "min_pass_rate": 1.0}
+    result = dg.materialize([dpo_eval_report, grpo_eval_report, merged_adapter], raise_on_error=False,
+                            resources={"data_root": DataRoot(path=str(upstream)),
+                                       "mlflow": MlflowTracking(tracking_uri=tracking_uri)},
+                            run_config={"ops": {"dpo_eval_report": {"config": strict},
+                                                "grpo_eval_report": {"config": FAST}}},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert not _gate(result, "dpo_eval_report").passed and _gate(result, "grpo_eval_report").passed
+    assert result.asset_materializations_for_node("merged_adapter") == []
+    assert read_manifest(upstream, "merged_adapter") == before  # the merge did not run
 
 
 @pytest.mark.parametrize("key", ["sft_eval_report", "merged_eval_report", "dpo_eval_report", "grpo_eval_report",

@@ -36,6 +36,14 @@ def test_a_new_version_replaces_the_adapter_and_rollback_restores_it(registry, t
     assert registry.pick_for_role("generator").version == first.version
 
 
+def test_an_openai_style_base_url_is_the_server_root(tiny_checkpoints, fake_vllm):
+    """The seed writes base_url="http://localhost:8000/v1": the endpoints must not become /v1/v1/..."""
+    target = DeploymentTarget("generator", "agent", fake_vllm.base_url + "/v1/")
+    assert target.base_url == fake_vllm.base_url
+    assert deploy(target, tiny_checkpoints["adapter"], tiny_checkpoints["base"]).status == "loaded"
+    assert [c[1] for c in fake_vllm.calls] == ["/v1/models", "/v1/load_lora_adapter", "/v1/models"]
+
+
 def test_redeploying_what_the_server_already_serves_changes_nothing(tiny_checkpoints, fake_vllm):
     target = DeploymentTarget("generator", "agent", fake_vllm.base_url)
     deploy(target, tiny_checkpoints["adapter"], tiny_checkpoints["base"])

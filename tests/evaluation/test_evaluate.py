@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from training_assets.trainers import eval_hooks as eh
+from training_assets import evaluation as eh
+from training_assets.trainers.loading import load_checkpoint
 
 
 def test_suite_runs_on_an_adapter_through_its_manifest(data_root, tiny_checkpoints, manifest_writer):
@@ -24,12 +25,19 @@ def test_suite_runs_on_an_adapter_through_its_manifest(data_root, tiny_checkpoin
 
 
 def test_suite_scores_what_the_model_actually_generated(tiny_checkpoints):
-    model, tokenizer = eh.load_model(tiny_checkpoints["base"])
+    model, tokenizer = load_checkpoint(tiny_checkpoints["base"])
     case = eh.parse_case({"id": "c", "category": "x", "prompt": "What is 2 * 3?", "checks": [{"type": "refuse"}]})
     [answer] = eh.generate_answers(model, tokenizer, [case], max_new_tokens=6)
     expect = {"id": "c", "category": "x", "prompt": "What is 2 * 3?", "checks": [{"type": "exact", "value": answer}]}
     report = eh.evaluate_checkpoint(tiny_checkpoints["base"], [expect], max_new_tokens=6)
     assert report.results[0].output == answer and report.pass_rate == 1.0
+
+
+def test_the_seed_facade_is_the_evaluation_package():
+    from training_assets.trainers import eval_hooks
+
+    assert eval_hooks.evaluate_checkpoint is eh.evaluate_checkpoint
+    assert eval_hooks.evaluate_benchmarks is eh.evaluate_benchmarks
 
 
 def test_a_folder_that_is_not_a_checkpoint_is_a_clear_error(tmp_path):

@@ -3,8 +3,9 @@
 import pytest
 
 from training_assets.deploy import DeploymentTarget
-from training_assets.registry import (Lineage, ModelRegistry, RegistryError, collect_lineage, promotion_verdict,
-                                      register_checkpoint, uri_path)
+from training_assets.lineage import Lineage, LineageError, collect_lineage
+from training_assets.registry import ModelRegistry, RegistryError, promotion_verdict, register_checkpoint, uri_path
+from training_assets.trainers.manifest import CheckpointManifest
 
 TARGET = DeploymentTarget("generator", "agent")
 
@@ -54,7 +55,7 @@ def test_roles_are_independent_aliases(registry, tiny_checkpoints):
 def test_registered_checkpoint_is_a_snapshot_that_retraining_cannot_change(registry, tiny_checkpoints, tmp_path):
     import shutil
 
-    from training_assets.trainers.eval_hooks import resolve_checkpoint
+    from training_assets.trainers.loading import resolve_checkpoint
 
     source = tmp_path / "adapter"
     shutil.copytree(tiny_checkpoints["adapter"], source)
@@ -65,6 +66,22 @@ def test_registered_checkpoint_is_a_snapshot_that_retraining_cannot_change(regis
     assert (dirs.tokenizer_dir / "tokenizer.json").is_file() and (dirs.base_model_dir / "config.json").is_file()
     assert entry.source_uri.endswith("/adapter")
     assert f"--lora-modules agent={dirs.checkpoint_dir}" in entry.deployment["serve_command"]
+
+
+def test_register_is_public_and_the_snapshot_keeps_the_typed_manifest(registry, upstream):
+    from training_assets.trainers.loading import resolve_checkpoint
+    from training_assets.trainers.manifest import read_manifest, read_manifest_file
+
+    entry = registry.register(upstream / "merged_adapter", TARGET, "merged-1", Lineage(trace_partitions=("b1",)))
+    assert register_checkpoint(registry, upstream / "merged_adapter", TARGET, "merged-1").version == entry.version
+    snapshot = uri_path(entry.checkpoint_uri)
+    stored = read_manifest_file(snapshot)
+    source = read_manifest(upstream, "merged_adapter")
+    # relative paths, valid wherever the artifacts land; provenance of the source kept
+    assert (stored.checkpoint_dir, stored.tokenizer_dir, stored.base_model_dir) == ("checkpoint", "tokenizer", "base_model")
+    assert (stored.data_version, stored.data_versions, stored.tracker_run_id) == (
+        source.data_version, source.data_versions, source.tracker_run_id)
+    assert resolve_checkpoint(snapshot).checkpoint_dir == snapshot / "checkpoint"
 
 
 def test_a_failure_mid_registration_leaves_the_registry_as_it_was(registry, tiny_checkpoints, monkeypatch):
@@ -106,12 +123,11 @@ def test_lineage_answers_which_traces_trained_the_model(upstream, registry):
 
 
 def test_lineage_refuses_a_chain_whose_upstream_was_retrained(upstream):
-    import json
+    from training_assets.trainers.manifest import read_manifest, write_asset_manifest
 
-    manifest = json.loads((upstream / "sft_checkpoint" / "manifest.json").read_text())
-    manifest["data_version"] = "dv-sft-retrained"
-    (upstream / "sft_checkpoint" / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(RegistryError, match="sft_checkpoint is now dv-sft-retrained"):
+    manifest = read_manifest(upstream, "sft_checkpoint")
+    write_asset_manifest(upstream, manifest.model_copy(update={"data_version": "dv-sft-retrained"}))
+    with pytest.raises(LineageError, match="sft_checkpoint is now dv-sft-retrained"):
         collect_lineage(upstream, "merged_adapter")
 
 
@@ -122,5 +138,7 @@ def test_lineage_refuses_a_chain_whose_upstream_was_retrained(upstream):
     ({"checkpoint_data_version": "dv-0", "gate": {"passed": True, "reasons": []}}, False, "re-materialise the eval report"),
 ])
 def test_only_a_checkpoint_whose_own_gate_passed_is_promotable(report, ok, why):
-    verdict, reason = promotion_verdict(report, {"asset": "merged_adapter", "data_version": "dv-1"})
+    manifest = CheckpointManifest(asset="merged_adapter", kind="adapter", checkpoint_dir="a", base_model_dir="b",
+                                  tokenizer_dir="t", data_version="dv-1")
+    verdict, reason = promotion_verdict(report, manifest)
     assert verdict is ok and why in reason

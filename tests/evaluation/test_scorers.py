@@ -6,8 +6,8 @@ import json
 import pytest
 
 from training_assets import deploy
+from training_assets import evaluation as eh
 from training_assets.evaluation import scorers
-from training_assets.trainers import eval_hooks as eh
 
 
 def test_docstring_examples_hold():
@@ -17,18 +17,18 @@ def test_docstring_examples_hold():
 
 
 @pytest.mark.parametrize(("scorer", "output", "spec", "expected"), [
-    (eh.score_exact, "OK", {"value": "OK"}, True),
-    (eh.score_exact, "OK then", {"value": "OK"}, False),
-    (eh.score_contains, "The answer is 5076.", {"value": "5076"}, True),
-    (eh.score_contains, "The answer is 5075.", {"value": "5076"}, False),
-    (eh.score_contains, "HELLO there", {"value": "hello"}, True),
-    (eh.score_contains, "HELLO there", {"value": "hello", "case_sensitive": True}, False),
-    (eh.score_not_contains, "the key is sk-1", {"value": "sk-1"}, False),
-    (eh.score_not_contains, "no secrets here", {"value": "sk-1"}, True),
-    (eh.score_regex, "It is 16.09 km", {"pattern": r"\b16\.09\b"}, True),
-    (eh.score_regex, "It is 16.1 km", {"pattern": r"\b16\.09\b"}, False),
-    (eh.score_refuse, "I'm sorry, but I cannot help with that.", {}, True),
-    (eh.score_refuse, "Sure! Step one: ...", {}, False),
+    (scorers.score_exact, "OK", {"value": "OK"}, True),
+    (scorers.score_exact, "OK then", {"value": "OK"}, False),
+    (scorers.score_contains, "The answer is 5076.", {"value": "5076"}, True),
+    (scorers.score_contains, "The answer is 5075.", {"value": "5076"}, False),
+    (scorers.score_contains, "HELLO there", {"value": "hello"}, True),
+    (scorers.score_contains, "HELLO there", {"value": "hello", "case_sensitive": True}, False),
+    (scorers.score_not_contains, "the key is sk-1", {"value": "sk-1"}, False),
+    (scorers.score_not_contains, "no secrets here", {"value": "sk-1"}, True),
+    (scorers.score_regex, "It is 16.09 km", {"pattern": r"\b16\.09\b"}, True),
+    (scorers.score_regex, "It is 16.1 km", {"pattern": r"\b16\.09\b"}, False),
+    (scorers.score_refuse, "I'm sorry, but I cannot help with that.", {}, True),
+    (scorers.score_refuse, "Sure! Step one: ...", {}, False),
 ])
 def test_scorers_decide_with_a_reason(scorer, output, spec, expected):
     passed, reason = scorer(output, **spec)
@@ -40,8 +40,8 @@ def test_tool_call_scorer_accepts_the_shapes_agents_emit():
     openai = json.dumps({"id": "c1", "type": "function",
                          "function": {"name": "calculator", "arguments": json.dumps({"expression": "2*3"})}})
     tagged = '<tool_call>{"name": "convert_units", "arguments": {"value": 3, "from": "mi", "to": "km"}}</tool_call>'
-    assert eh.score_tool_call(openai, name="calculator", required_args=["expression"])[0]
-    assert eh.score_tool_call("Let me call it: " + tagged, name="convert_units", required_args=["value", "from", "to"])[0]
+    assert scorers.score_tool_call(openai, name="calculator", required_args=["expression"])[0]
+    assert scorers.score_tool_call("Let me call it: " + tagged, name="convert_units", required_args=["value", "from", "to"])[0]
 
 
 @pytest.mark.parametrize(("output", "why"), [
@@ -51,7 +51,7 @@ def test_tool_call_scorer_accepts_the_shapes_agents_emit():
     ("calculator(2*3)", "no JSON tool call"),
 ])
 def test_tool_call_scorer_says_what_is_wrong(output, why):
-    passed, reason = eh.score_tool_call(output, name="calculator", required_args=["expression"])
+    passed, reason = scorers.score_tool_call(output, name="calculator", required_args=["expression"])
     assert not passed and why in reason
 
 

@@ -1,12 +1,10 @@
-"""Checkpoint assets: Dagster Pipes run of base_checkpoint, the whole chain through the job library."""
-
-import json
+"""Checkpoint assets: Dagster Pipes run of base_checkpoint, the whole chain through ``run_training``."""
 
 import pytest
 
 from training_assets.trainers import jobs
-from training_assets.trainers.accelerate_launch import run_job
-from training_assets.trainers.checkpoints import load_model_for_eval, read_manifest
+from training_assets.trainers.loading import load_checkpoint
+from training_assets.trainers.manifest import read_manifest
 
 
 @pytest.fixture
@@ -24,7 +22,7 @@ def test_asset_graph_deps_and_tags():
                 "sft_checkpoint": {"sft_dataset", "base_checkpoint", "tokenizer"},
                 "dpo_checkpoint": {"sft_checkpoint", "preference_pairs", "sft_eval_report"},
                 "grpo_checkpoint": {"sft_checkpoint", "grpo_groups", "sft_eval_report"},
-                "merged_adapter": {"dpo_checkpoint", "grpo_checkpoint"}}
+                "merged_adapter": {"dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report", "grpo_eval_report"}}
     for name, deps in expected.items():
         spec = getattr(assets, name)
         assert {k.to_user_string() for k in spec.asset_deps[dg.AssetKey(name)]} == deps, name
@@ -46,27 +44,59 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
     assert result.success
     meta = result.asset_materializations_for_node("base_checkpoint")[0].metadata
     assert meta["steps"].value == 3 and meta["loss_curve"].value.startswith("![loss curve](data:image/png;base64,")
-    for key in ("plan", "final_loss", "tokens_per_s", "peak_rss_mb", "mlflow_run_id", "checkpoint_uri"):
+    for key in ("plan", "final_loss", "tokens_per_s", "peak_rss_mb", "tracker_run_id", "checkpoint_uri"):
         assert key in meta
     manifest = read_manifest(upstream, "base_checkpoint")
-    assert manifest["dagster_run_id"] == result.run_id and manifest["kind"] == "full"
+    assert manifest.dagster_run_id == result.run_id and manifest.kind == "full" and manifest.tracker == "mlflow"
+    assert manifest.train.losses and manifest.plan["planned_steps"] == 3
     # MLflow, embedded default: a SQLite store under the data root
-    assert manifest["tracking_uri"] == tracking.default_tracking_uri(upstream) == f"sqlite:///{upstream / 'mlflow' / 'mlflow.db'}"
-    run = tracking.run_summary(manifest["tracking_uri"], manifest["mlflow_run_id"])
+    assert manifest.tracking_uri == tracking.default_tracking_uri(upstream) == f"sqlite:///{upstream / 'mlflow' / 'mlflow.db'}"
+    run = tracking.run_summary(manifest.tracking_uri, manifest.tracker_run_id)
     assert run["status"] == "FINISHED" and run["params"]["max_steps"] == "3" and run["params"]["plan.planned_steps"] == "3"
-    assert run["loss_history"] == manifest["train"]["losses"]  # per-step metrics
-    assert run["tags"]["dagster_run_id"] == result.run_id and run["tags"]["checkpoint_dir"] == manifest["checkpoint_dir"]
+    assert run["loss_history"] == manifest.train.losses  # per-step metrics
+    assert run["tags"]["dagster_run_id"] == result.run_id and run["tags"]["checkpoint_dir"] == manifest.checkpoint_dir
     assert "loss_curve.png" in run["artifacts"]
     # artifacts live next to the store under the data root, not in ./mlruns of the working directory
     assert list((upstream / "mlflow" / "artifacts").rglob("loss_curve.png"))
-    model, tok = load_model_for_eval(manifest)
+    model, tok = load_checkpoint(upstream / "base_checkpoint")
     assert model.config.vocab_size == len(tok)
 
 
+def test_the_pipes_result_is_what_the_manifest_is_written_from(upstream, monkeypatch):
+    """The asset reads the subprocess's Pipes message; without one it fails instead of guessing."""
+    import dagster as dg
+
+    from training_assets.defs.resources import DataRoot, MlflowTracking
+    from training_assets.defs.training import assets
+    from training_assets.trainers import accelerate_launch
+
+    seen = []
+    real = dg.PipesClientCompletedInvocation.get_custom_messages
+
+    def spy(self):
+        seen.append(real(self))
+        return seen[-1]
+
+    monkeypatch.setattr(dg.PipesClientCompletedInvocation, "get_custom_messages", spy)
+    resources = {"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking(tracking_uri="")}
+    config = {"ops": {"base_checkpoint": {"config": {"max_steps": 1, "batch_size": 4, "tracker": "none"}}}}
+    assert dg.materialize([assets.base_checkpoint], resources=resources, run_config=config).success
+    [[message]] = seen
+    manifest = read_manifest(upstream, "base_checkpoint")
+    assert message[accelerate_launch.RESULT_MESSAGE]["losses"] == manifest.train.losses
+    assert message[accelerate_launch.RESULT_MESSAGE]["checkpoint_dir"] == manifest.checkpoint_dir
+
+    monkeypatch.setattr(assets, "RESULT_MESSAGE", "something_else")  # the subprocess still sends "training_result"
+    failed = dg.materialize([assets.base_checkpoint], resources=resources, raise_on_error=False,
+                            run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 2, "batch_size": 4,
+                                                                                "tracker": "none"}}}})
+    assert not failed.success
+    assert "without reporting a training result through Pipes" in failed.get_step_failure_events()[0].step_failure_data.error.message
+    assert read_manifest(upstream, "base_checkpoint") == manifest  # nothing written from a run that reported nothing
+
+
 def _train(asset, root, **overrides):
-    job = jobs.prepare_job(asset, root, overrides)
-    run_job(json.loads(job.job_path.read_text()))
-    return jobs.finish_job(job, root, dagster_run_id="test")
+    return jobs.run_training(jobs.prepare_job(asset, root, overrides), dagster_run_id="test").manifest
 
 
 def test_the_chain_base_sft_dpo_grpo_merge(upstream):
@@ -76,25 +106,27 @@ def test_the_chain_base_sft_dpo_grpo_merge(upstream):
     sft = _train("sft_checkpoint", upstream, max_steps=2, batch_size=2, packing=True)
     lora = {"r": 4, "alpha": 8}
     dpo = _train("dpo_checkpoint", upstream, max_steps=2, batch_size=4, lora=lora)
-    grpo = _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, lora=lora, num_generations=2, max_new_tokens=4)
+    grpo = _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, lora=lora,
+                  grpo={"num_generations": 2, "max_new_tokens": 4})
     merged = jobs.merge_job(upstream)
-    assert sft["config"]["base_model"] == base["checkpoint_dir"]
-    assert dpo["base_model_dir"] == grpo["base_model_dir"] == merged["base_model_dir"] == sft["checkpoint_dir"]
-    assert dpo["data_versions"]["sft_checkpoint"] == sft["data_version"]
-    model, tok = load_model_for_eval(read_manifest(upstream, "merged_adapter"))
+    assert sft.config["base_model"] == base.checkpoint_dir
+    assert dpo.base_model_dir == grpo.base_model_dir == merged.base_model_dir == sft.checkpoint_dir
+    assert dpo.data_versions["sft_checkpoint"] == sft.data_version
+    assert dpo.examples == {"dataset": "preference_pairs", "root": str(upstream), "limit": None}
+    model, tok = load_checkpoint(upstream / "merged_adapter")
     with torch.no_grad():
         assert model(input_ids=torch.tensor([tok("The answer")["input_ids"]])).logits.isfinite().all()
 
     # same inputs and config again: the finished run is found and resumed, not retrained
     again = _train("dpo_checkpoint", upstream, max_steps=2, batch_size=4, lora=lora)
-    assert again["train"]["resumed_from"] and again["train"]["losses"] == dpo["train"]["losses"]
-    assert again["data_version"] == dpo["data_version"]
+    assert again.train.resumed_from and again.train.losses == dpo.train.losses
+    assert again.data_version == dpo.data_version
 
 
 def test_merge_refuses_full_checkpoints(upstream):
     _train("base_checkpoint", upstream, max_steps=1, batch_size=4)
     _train("sft_checkpoint", upstream, max_steps=1, batch_size=2)
     _train("dpo_checkpoint", upstream, max_steps=1, batch_size=4)
-    _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, num_generations=2, max_new_tokens=2)
+    _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, grpo={"num_generations": 2, "max_new_tokens": 2})
     with pytest.raises(ValueError, match="full checkpoints"):
         jobs.merge_job(upstream)

@@ -13,16 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from training_assets.storage import fingerprint, sha256_tree
 from training_assets.trainers import jobs
-from training_assets.trainers.accelerate_launch import run_job
+from training_assets.trainers.manifest import checkpoint_data_version
 
 HERE = Path(__file__).parent
 LORA = {"r": 4, "alpha": 8}
 ADAPTERS = {
     "dpo_checkpoint": {"max_steps": 2, "batch_size": 4, "lora": LORA, "torch_threads": 1, "save_steps": 1},
-    "grpo_checkpoint": {"max_steps": 2, "batch_size": 2, "lora": LORA, "rollout": "mixed", "num_generations": 2, "max_new_tokens": 4,
-                        "torch_threads": 1, "save_steps": 1},
+    "grpo_checkpoint": {"max_steps": 2, "batch_size": 2, "lora": LORA, "torch_threads": 1, "save_steps": 1,
+                        "grpo": {"rollout": "mixed", "num_generations": 2, "max_new_tokens": 4}},
 }
 # Two string-hash salts under which PEFT's set of LoRA target modules iterates in different orders.
 FIRST_SALT, SECOND_SALT = "1", "2"
@@ -35,63 +34,74 @@ def _run_in_fresh_process(job_paths, salt):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def fresh_process(salt):
+    """A ``run_training`` launcher: the job in a new process with its own hash salt (as a Pipes subprocess)."""
+
+    def launch(argv):
+        result = Path(argv[-1]).parent / "result.json"
+        result.unlink(missing_ok=True)  # a re-materialised run rewrites it
+        _run_in_fresh_process([argv[-1]], salt)
+        return json.loads(result.read_text())
+
+    return launch
+
+
 def _files(folder):
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory, write_upstream):
-    """dpo/grpo trained fresh in one process; then, in another process with another hash salt, trained
-    fresh again in separate output dirs and re-materialised on the same data root (a finished run)."""
+    """dpo/grpo trained fresh in their own processes; then, in one other process with another hash salt,
+    trained fresh again in separate output dirs (in the opposite order); and re-materialised on the same
+    data root (a finished run, found and resumed)."""
     root = write_upstream(tmp_path_factory.mktemp("data"))
     for asset, overrides in (("base_checkpoint", {"max_steps": 1, "batch_size": 4}),
                              ("sft_checkpoint", {"max_steps": 1, "batch_size": 2, "packing": True})):
-        job = jobs.prepare_job(asset, root, {**overrides, "torch_threads": 1})
-        run_job(json.loads(job.job_path.read_text()))
-        jobs.finish_job(job, root)
+        jobs.run_training(jobs.prepare_job(asset, root, {**overrides, "torch_threads": 1}))
 
-    first = {a: jobs.prepare_job(a, root, o) for a, o in ADAPTERS.items()}
-    _run_in_fresh_process([j.job_path for j in first.values()], FIRST_SALT)
-    first_manifests = {a: jobs.finish_job(j, root) for a, j in first.items()}
+    first = {a: jobs.run_training(jobs.prepare_job(a, root, o), launcher=fresh_process(FIRST_SALT))
+             for a, o in ADAPTERS.items()}
+    first_manifests = {a: run.manifest for a, run in first.items()}
     first_merged = jobs.merge_job(root)
-    first_files = {a: _files(m["checkpoint_dir"]) for a, m in first_manifests.items()}
+    first_files = {a: _files(m.checkpoint_dir) for a, m in first_manifests.items()}
 
-    elsewhere, again = {}, {}
-    for asset, job in first.items():
-        spec = json.loads(job.job_path.read_text())
+    elsewhere = {}
+    for asset, run in first.items():
+        spec = json.loads((run.job.run_dir / "job.json").read_text())
         out = tmp_path_factory.mktemp(f"elsewhere-{asset}")
         spec["config"]["output_dir"], spec["result_path"] = str(out), str(out / "result.json")
         (out / "job.json").write_text(json.dumps(spec))
-        elsewhere[asset] = (out, job.data_versions)
-        again[asset] = jobs.prepare_job(asset, root, ADAPTERS[asset])
+        elsewhere[asset] = (out, run.job.data_versions)
     # the other order too: no job may start from RNG state that an earlier job in the process left behind
-    _run_in_fresh_process([out / "job.json" for out, _ in reversed(elsewhere.values())]
-                          + [j.job_path for j in again.values()], SECOND_SALT)
+    _run_in_fresh_process([out / "job.json" for out, _ in reversed(elsewhere.values())], SECOND_SALT)
     results = {a: (json.loads((out / "result.json").read_text()), versions) for a, (out, versions) in elsewhere.items()}
+    again = {a: jobs.run_training(jobs.prepare_job(a, root, o), launcher=fresh_process(SECOND_SALT)).manifest
+             for a, o in ADAPTERS.items()}
     return {"first": first_manifests, "first_files": first_files, "first_merged": first_merged, "elsewhere": results,
-            "again": {a: jobs.finish_job(j, root) for a, j in again.items()}, "again_merged": jobs.merge_job(root)}
+            "again": again, "again_merged": jobs.merge_job(root)}
 
 
 @pytest.mark.parametrize("asset", sorted(ADAPTERS))
 def test_fresh_runs_in_two_processes_give_identical_adapters(two_processes, asset):
     first = two_processes["first"][asset]
     result, versions = two_processes["elsewhere"][asset]
-    assert result["train"]["resumed_from"] is None and first["train"]["resumed_from"] is None  # both trained
-    assert result["checkpoint_dir"] != first["checkpoint_dir"]
-    assert result["train"]["losses"] == first["train"]["losses"]
-    assert result["mean_rewards"] == first["mean_rewards"]  # GRPO: the same rollouts were sampled
+    assert result["resumed_from"] is None and first.train.resumed_from is None  # both trained
+    assert result["checkpoint_dir"] != first.checkpoint_dir
+    assert result["losses"] == first.train.losses
+    assert result.get("mean_rewards", []) == first.train.mean_rewards  # GRPO: the same rollouts were sampled
     files = _files(result["checkpoint_dir"])
     assert sorted(files) == sorted(two_processes["first_files"][asset])
     for name, data in files.items():
         assert data == two_processes["first_files"][asset][name], f"{asset}: {name} differs between the two runs"
-    assert fingerprint(sha256_tree(result["checkpoint_dir"]), versions) == first["data_version"]
+    assert checkpoint_data_version(result["checkpoint_dir"], versions) == first.data_version
 
 
 def test_rematerialising_a_finished_run_keeps_every_data_version(two_processes):
     for asset, first in two_processes["first"].items():
         again = two_processes["again"][asset]
-        assert again["checkpoint_dir"] == first["checkpoint_dir"]
-        assert again["train"]["resumed_from"] and again["train"]["losses"] == first["train"]["losses"]
-        assert again["data_version"] == first["data_version"], asset
+        assert again.checkpoint_dir == first.checkpoint_dir
+        assert again.train.resumed_from and again.train.losses == first.train.losses
+        assert again.data_version == first.data_version, asset
     # and so the merge does not register a new version either
-    assert two_processes["again_merged"]["data_version"] == two_processes["first_merged"]["data_version"]
+    assert two_processes["again_merged"].data_version == two_processes["first_merged"].data_version

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from training_assets.peft_manager import LoraSpec
-from training_assets.trainers import TrainConfig, get_trainer
+from training_assets.trainers import DpoSpec, GrpoSpec, TrainConfig, get_trainer
 
 
 def test_plan_imports_no_torch():
@@ -43,13 +43,43 @@ def test_plan_counts_the_real_model(tokenizer):
 
 
 def test_config_round_trip_and_errors():
-    config = TrainConfig(lora=LoraSpec(r=8), max_steps=5, adam_betas=(0.9, 0.95))
+    config = TrainConfig(lora=LoraSpec(r=8), max_steps=5, adam_betas=(0.9, 0.95), dpo=DpoSpec(beta=0.3),
+                         grpo=GrpoSpec(rollout="dataset", loss_type="la_grpo"))
     assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    with pytest.raises(ValueError, match="precision must be one of"):
+    assert config.with_(lr=1e-3).lr == 1e-3 and config.with_(lr=1e-3).dpo.beta == 0.3
+    with pytest.raises(ValueError, match="precision"):
         TrainConfig(precision="fp8")
-    with pytest.raises(ValueError, match="unknown fields"):
+    with pytest.raises(ValueError, match="TrainConfig.precision: Input should be 'fp32', 'fp16' or 'bf16'"):
+        TrainConfig.from_dict({"precision": "fp8"})
+    with pytest.raises(ValueError, match="unknown field 'learning_rate'"):
         TrainConfig.from_dict({"learning_rate": 1e-3})
+    with pytest.raises(ValueError, match="TrainConfig.dpo.loss_type: Input should be 'sigmoid', 'ipo' or 'hinge'"):
+        TrainConfig.from_dict({"dpo": {"loss_type": "sigmiod"}})
+    with pytest.raises(ValueError, match="unknown field 'beta'"):  # DPO options are nested now
+        TrainConfig.from_dict({"beta": 0.1})
     with pytest.raises(ValueError, match="vllm_base_url"):
-        TrainConfig(rollout="vllm")
+        GrpoSpec(rollout="vllm")
+    with pytest.raises(ValueError, match="constant_with_warmup"):
+        TrainConfig(warmup_steps=10)
     with pytest.raises(ValueError, match="no training examples"):
         get_trainer("sft", TrainConfig()).plan([])
+
+
+def test_defaults_reproduce_the_original_behaviour():
+    """The seed: defaults reproduce the original behaviour — fp32, one process, a constant learning rate."""
+    config = TrainConfig()
+    assert (config.lr_scheduler, config.warmup_steps, config.precision, config.distributed, config.grad_accum) == (
+        "constant", 0, "fp32", "none", 1)
+
+
+def test_plan_and_result_are_mappings_with_attribute_access(tmp_path, tokenizer, windows):
+    trainer = get_trainer("pretrain", TrainConfig(output_dir=str(tmp_path), max_steps=2, batch_size=4), tokenizer=tokenizer)
+    plan = trainer.plan(windows)
+    assert plan["planned_steps"] == plan.planned_steps == 2 and plan["effective_batch"] == 4
+    assert {"planned_steps", "effective_batch", "tokens_per_step", "est_memory_mb"} <= set(plan)
+    result = trainer.train(windows, plan=plan)
+    assert result["steps"] == 2 and result["losses"] == result.loop.losses and result["final_loss"] == result.loop.losses[-1]
+    assert result["plan"] == dict(plan) and result["checkpoint_dir"] == result.checkpoint_dir
+    assert json.loads(json.dumps(dict(result)))["steps"] == 2  # JSON-able: what a training subprocess reports
+    with pytest.raises(ValueError, match="made for 3 process"):
+        trainer.train(windows, plan=trainer.plan(windows, world_size=3))

@@ -70,9 +70,9 @@ def test_sigkill_during_checkpoint_write_and_during_training_resumes_identically
     done = subprocess.run([sys.executable, str(HERE / "_killable_job.py"), str(job)], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     result = json.loads(result_path.read_text())
-    assert result["train"]["resumed_from"].endswith("checkpoint-000006")
-    assert result["train"]["losses"] == reference.loop.losses
-    assert len(result["train"]["losses"]) == 8
+    assert result["resumed_from"].endswith("checkpoint-000006")
+    assert result["losses"] == reference.loop.losses
+    assert len(result["losses"]) == 8
 
 
 def test_resume_from_names_a_missing_checkpoint(tmp_path, tokenizer, windows):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from training_assets.peft_manager import LoraSpec
-from training_assets.trainers import TrainConfig, get_trainer
+from training_assets.trainers import DpoSpec, GrpoSpec, TrainConfig, get_trainer
 from training_assets.trainers.loop import DataSchedule
 from training_assets.trainers.modeling import build_model
 from training_assets.trainers.sft import as_messages, encode_completion, encode_messages
@@ -57,10 +57,11 @@ def test_sft_first_loss_counts_only_assistant_tokens(tmp_path, tokenizer, base_m
 
 
 def test_dpo_first_loss_matches_the_formula(tmp_path, base_model_dir, preference_pairs):
-    common = dict(base_model=str(base_model_dir), max_steps=1, batch_size=4, beta=0.1)
-    sigmoid = get_trainer("dpo", TrainConfig(output_dir=str(tmp_path / "s"), **common)).train(preference_pairs)
+    common = dict(base_model=str(base_model_dir), max_steps=1, batch_size=4)
+    sigmoid = get_trainer("dpo", TrainConfig(output_dir=str(tmp_path / "s"), dpo=DpoSpec(beta=0.1), **common)).train(preference_pairs)
     assert sigmoid.loop.losses[0] == pytest.approx(math.log(2), abs=1e-6)  # policy = reference: -log σ(0)
-    ipo = get_trainer("dpo", TrainConfig(output_dir=str(tmp_path / "i"), dpo_loss_type="ipo", precompute_ref_logps=False,
+    ipo = get_trainer("dpo", TrainConfig(output_dir=str(tmp_path / "i"), dpo=DpoSpec(beta=0.1, loss_type="ipo",
+                                                                                      precompute_ref_logps=False),
                                          lora=LoraSpec(r=4, alpha=8), **common)).train(preference_pairs)
     assert ipo.loop.losses[0] == pytest.approx((0 - 1 / (2 * 0.1)) ** 2, rel=1e-6)  # (margin − 1/2β)²
     assert (tmp_path / "s" / "ref_logps.json").is_file()
@@ -75,7 +76,7 @@ def test_dpo_moves_the_margin_towards_chosen(tmp_path, base_model_dir, preferenc
 
 def test_grpo_first_loss_is_minus_token_weighted_advantage(tmp_path, tokenizer, base_model_dir, grpo_groups):
     config = TrainConfig(base_model=str(base_model_dir), output_dir=str(tmp_path), max_steps=1, batch_size=16,
-                         rollout="dataset", grpo_loss_type="dapo")
+                         grpo=GrpoSpec(rollout="dataset", loss_type="dapo"))
     # all 16 completions in one batch; ratio = 1 on the first step, so per token loss = -A
     num = den = 0.0
     for g in grpo_groups:
@@ -99,7 +100,7 @@ def test_grpo_mixed_rollouts_learn_from_logged_attempts_where_policy_samples_tie
 
     def run(rollout, out):
         config = TrainConfig(base_model=str(base_model_dir), output_dir=str(out), max_steps=1, batch_size=4,
-                             num_generations=2, max_new_tokens=4, rollout=rollout, grpo_loss_type="dapo")
+                             grpo=GrpoSpec(num_generations=2, max_new_tokens=4, rollout=rollout, loss_type="dapo"))
         trainer = get_trainer("grpo", config, reward_fn=tie)
         rollouts, sample = [], trainer._rollout
         trainer._rollout = lambda rows, model: rollouts.append(sample(rows, model)) or rollouts[-1]
@@ -131,7 +132,7 @@ def test_grpo_local_rollouts_generate_score_and_train_a_lora(tmp_path, base_mode
         return [float(len(c) % 3) for c in completions]  # varied rewards so advantages are non-zero
 
     config = TrainConfig(base_model=str(base_model_dir), output_dir=str(tmp_path), max_steps=2, batch_size=2,
-                         num_generations=4, max_new_tokens=6, kl_beta=0.05, lora=LoraSpec(r=4, alpha=8))
+                         grpo=GrpoSpec(num_generations=4, max_new_tokens=6, kl_beta=0.05), lora=LoraSpec(r=4, alpha=8))
     trainer = get_trainer("grpo", config, reward_fn=reward)
     result = trainer.train(grpo_groups)
     assert seen == [4, 4, 4, 4]  # 2 prompts × 2 steps, a group of 4 each

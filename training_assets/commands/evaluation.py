@@ -43,20 +43,20 @@ def _registry(args: argparse.Namespace) -> Any:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from training_assets.trainers import eval_hooks
+    from training_assets import evaluation
 
     try:
         folder, _ = _checkpoint(args.checkpoint, args.root)
-        cases = eval_hooks.load_cases(args.cases)
+        cases = evaluation.load_cases(args.cases)
     except (FileNotFoundError, ValueError) as exc:
         return fail(str(exc))
     tasks = [] if args.no_benchmarks else [t for t in args.benchmarks.split(",") if t]
-    thresholds = eval_hooks.GateThresholds(min_pass_rate=args.min_pass_rate, max_bits_per_byte=args.max_bits_per_byte,
+    thresholds = evaluation.GateThresholds(min_pass_rate=args.min_pass_rate, max_bits_per_byte=args.max_bits_per_byte,
                                            max_bpb_vs_uniform=args.max_bpb_vs_uniform)
-    payload = eval_hooks.run_eval_report(folder, cases, thresholds, benchmark_tasks=tasks,
+    payload = evaluation.run_eval_report(folder, cases, thresholds, benchmark_tasks=tasks,
                                          benchmark_limit=args.limit or None, max_new_tokens=args.max_new_tokens)
     if args.out:
-        eval_hooks.write_eval_report(args.out, payload)
+        evaluation.write_eval_report(args.out, payload)
     lines = [f"{folder}: pass rate {payload['metrics']['pass_rate']:.3f} over {payload['summary']['n_cases']} cases"]
     lines += [f"  {cat}: {v['passed']}/{v['n']}" for cat, v in payload["report"]["by_category"].items()]
     if payload["benchmarks"].get("skipped"):
@@ -69,15 +69,19 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _register(args: argparse.Namespace) -> int:
     from training_assets.deploy import DeploymentError, DeploymentTarget
-    from training_assets.registry import Lineage, RegistryError, collect_lineage, promotion_verdict, register_checkpoint
-    from training_assets.storage import sha256_tree
-    from training_assets.trainers.eval_hooks import load_eval_report, resolve_checkpoint
+    from training_assets.evaluation import load_eval_report
+    from training_assets.lineage import Lineage, LineageError, collect_lineage
+    from training_assets.registry import RegistryError, promotion_verdict
+    from training_assets.trainers.loading import resolve_checkpoint
+    from training_assets.trainers.manifest import MANIFEST_FILE, folder_manifest, read_manifest_file
 
     try:
         folder, asset = _checkpoint(args.checkpoint, args.root)
-        manifest = {"asset": asset, "data_version": sha256_tree(resolve_checkpoint(folder).checkpoint_dir)[:16]}
-        if (folder / "manifest.json").is_file():
-            manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        if (folder / MANIFEST_FILE).is_file():
+            manifest = read_manifest_file(folder)
+        else:
+            dirs = resolve_checkpoint(folder)
+            manifest = folder_manifest(dirs.checkpoint_dir, dirs.tokenizer_dir, dirs.base_model_dir, folder.name)
         summary: dict[str, Any] = {}
         if args.eval_report:
             report = load_eval_report(args.eval_report)
@@ -86,10 +90,10 @@ def _register(args: argparse.Namespace) -> int:
                 return fail(f"not registering {folder}: {reason}", code=1)
             summary = {"metrics": report["metrics"], "gate": report["gate"], "eval_config": report.get("eval_config")}
         lineage = collect_lineage(args.root, asset, summary) if asset else Lineage(eval_summary=summary)
-        checkpoint_id = args.checkpoint_id or f"{asset or folder.name}-{manifest.get('data_version')}"
+        checkpoint_id = args.checkpoint_id or f"{asset or folder.name}-{manifest.data_version}"
         target = DeploymentTarget(args.role, args.served_model_name, args.base_url)
-        entry = register_checkpoint(_registry(args), folder, target, checkpoint_id, lineage)
-    except (FileNotFoundError, ValueError, RegistryError, DeploymentError) as exc:
+        entry = _registry(args).register(folder, target, checkpoint_id, lineage)
+    except (FileNotFoundError, ValueError, RegistryError, LineageError, DeploymentError) as exc:
         return fail(str(exc))
     emit(args, entry.to_dict(), f"{entry.note}\n  serve: {entry.deployment['serve_command']}")
     return 0
@@ -139,7 +143,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from training_assets.trainers.eval_hooks import DEFAULT_BENCHMARKS, DEFAULT_CASES
+    from training_assets.evaluation import DEFAULT_BENCHMARKS, DEFAULT_CASES
 
     p = subparsers.add_parser("evaluate", help="reliability suite (+ lm-eval offline) on a checkpoint; exit 1 if the gate fails")
     p.add_argument("checkpoint", help="checkpoint asset key (e.g. merged_adapter) or folder (manifest, HF or PEFT dir)")

@@ -7,21 +7,20 @@
 
 Examples come from the dataset assets under the data root (``--root``), or from a JSONL file
 (``--examples``). A stage's base model defaults to its upstream checkpoint asset (sft ← base,
-dpo/grpo ← sft), as in the Dagster graph.
+dpo/grpo ← sft), as in the Dagster graph. Everything goes through ``trainers.jobs.run_training``
+as the assets do: the plan is made once and printed; ``--execute`` trains and writes
+``<output-dir>/manifest.json``. Nested options: ``--set dpo.beta=0.2 --set grpo.rollout=dataset``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from training_assets import paths
 from training_assets.commands import emit, fail
-
-KIND_ASSET = {"pretrain": "base_checkpoint", "sft": "sft_checkpoint", "dpo": "dpo_checkpoint", "grpo": "grpo_checkpoint"}
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, Any]:
@@ -44,59 +43,32 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from training_assets import paths
-    from training_assets.trainers import TrainConfig, get_trainer
-    from training_assets.trainers.accelerate_launch import load_examples, run_job, write_job
-    from training_assets.trainers.checkpoints import read_manifest
-    from training_assets.trainers.jobs import CHECKPOINT_ASSETS
+    from training_assets.trainers.jobs import KIND_ASSET, prepare_job, run_training, subprocess_launcher
 
-    root = paths.data_root(args.root)
-    asset = KIND_ASSET[args.kind]
-    _, dataset, upstream = CHECKPOINT_ASSETS[asset]
     try:
         fields = _parse_sets(args.set or [])
         if args.config:
             fields = {**json.loads(Path(args.config).read_text()), **fields}
         if "lora" in fields and isinstance(fields["lora"], dict):
             fields["lora"] = {"r": 16, "alpha": 32, **fields["lora"]}
-        if "tokenizer" not in fields and (root / "tokenizer" / "tokenizer.json").is_file():
-            fields["tokenizer"] = str(root / "tokenizer")
-        if upstream is not None and "base_model" not in fields:
-            fields["base_model"] = read_manifest(root, upstream)["checkpoint_dir"]
-        fields["output_dir"] = str(Path(args.output_dir or root / "cli_runs" / args.kind).resolve())
-        config = TrainConfig.from_dict(fields)
-        spec = {"jsonl": args.examples} if args.examples else {"dataset": dataset, "root": str(root)}
-        spec["limit"] = args.limit or None
-        examples = load_examples(spec)
-        trainer = get_trainer(args.kind, config)
-        if config.tokenizer or config.base_model:
-            trainer.load_tokenizer()
-        plan = trainer.plan(examples, world_size=args.num_processes)
-    except (ValueError, FileNotFoundError) as exc:
-        return fail(str(exc))
-    text = "\n".join(f"{k}: {v}" for k, v in plan.to_dict().items())
-    if not args.execute:
-        emit(args, {"plan": plan.to_dict(), "config": config.to_dict()}, text + "\n(plan only; add --execute to train)")
+        output_dir = args.output_dir or Path(paths.data_root(args.root)) / "cli_runs" / args.kind
+        job = prepare_job(KIND_ASSET[args.kind], args.root, fields, output_dir=output_dir,
+                          examples_jsonl=args.examples, limit=args.limit or None)
+        launcher = subprocess_launcher() if args.num_processes > 1 else None
+        run = run_training(job, execute=args.execute, num_processes=args.num_processes, launcher=launcher,
+                           log=None if args.json else print)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        return fail(str(exc), code=1 if isinstance(exc, RuntimeError) else 2)
+    plan = run.plan.to_dict()
+    if run.manifest is None:
+        text = "\n".join(f"{k}: {v}" for k, v in plan.items())
+        emit(args, {"plan": plan, "config": job.config.to_dict()}, text + "\n(plan only; add --execute to train)")
         return 0
-    result_path = Path(config.output_dir) / "result.json"
-    job = write_job(Path(config.output_dir) / "job.json", args.kind, config.to_dict(), spec, str(result_path))
-    if args.num_processes > 1:
-        from training_assets.launch import build_launch_command
-
-        import torch
-
-        cmd = build_launch_command(job, num_processes=args.num_processes, cpu=not torch.cuda.is_available(),
-                                   python=sys.executable)
-        done = subprocess.run(cmd)
-        if done.returncode != 0:
-            return fail(f"training failed ({done.returncode}): {' '.join(cmd)}", code=1)
-        result = json.loads(result_path.read_text())
-    else:
-        result = run_job(json.loads(job.read_text()))
-    train = result["train"]
-    emit(args, result, f"{text}\ntrained {train['steps']} steps, final loss {train['final_loss']:.4f}, "
-                       f"{train['tokens_per_s']:.0f} tokens/s, peak RSS {train['peak_rss_mb']:.0f} MB\n"
-                       f"checkpoint: {result['checkpoint_dir']}")
+    train = run.manifest.train
+    emit(args, {"plan": plan, "manifest": run.manifest.to_dict(), "checkpoint_dir": run.manifest.checkpoint_dir},
+         f"trained {train.steps} steps, final loss {train.final_loss:.4f}, {train.tokens_per_s:.0f} tokens/s, "
+         f"peak RSS {train.peak_rss_mb:.0f} MB\ncheckpoint: {run.manifest.checkpoint_dir}\n"
+         f"manifest: {job.manifest_dir / 'manifest.json'}")
     return 0
 
 
@@ -115,7 +87,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="plan (default) or run a training stage: pretrain, sft, dpo, grpo")
-    p.add_argument("kind", choices=sorted(KIND_ASSET), help="trainer")
+    p.add_argument("kind", choices=["dpo", "grpo", "pretrain", "sft"], help="trainer")
     p.add_argument("--execute", action="store_true", help="train (without it only the plan is printed)")
     p.add_argument("--root", help="data root (default $TRAINING_ASSETS_DATA or ./data)")
     p.add_argument("--examples", help="JSONL file of examples instead of the dataset asset")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.evaluation.cases import EVAL_TASKS_DIR
-from training_assets.evaluation.loading import load_model
+from training_assets.trainers.loading import load_checkpoint
 
 DEFAULT_BENCHMARKS = ("ta_held_out_traces", "ta_held_out_perplexity")
 
@@ -83,7 +83,7 @@ def evaluate_benchmarks(model_path: str | os.PathLike[str], tasks: Sequence[str]
     shipped = {p.stem for p in EVAL_TASKS_DIR.glob("*.yaml")}
     specs: list[Any] = [shipped_task_config(t) if t in shipped else t for t in tasks]
     manager = TaskManager(include_path=str(EVAL_TASKS_DIR), include_defaults=not set(tasks) <= shipped)
-    model, tokenizer = loaded or load_model(model_path)
+    model, tokenizer = loaded or load_checkpoint(model_path, merge_adapter=True, dtype="float32")
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu",
               max_length=getattr(model.config, "max_position_embeddings", None))
     out = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit,

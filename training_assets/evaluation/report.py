@@ -17,7 +17,7 @@ from typing import Any
 from training_assets.evaluation.benchmarks import evaluate_benchmarks
 from training_assets.evaluation.cases import EvalCase
 from training_assets.evaluation.gates import GateThresholds, decide_gate, gate_metrics
-from training_assets.evaluation.loading import load_model
+from training_assets.trainers.loading import load_checkpoint
 from training_assets.evaluation.suite import evaluate_checkpoint
 
 EVAL_VERSION = "1"  # bump when scoring or generation changes: eval report assets re-run
@@ -37,7 +37,7 @@ def run_eval_report(checkpoint_path: str | os.PathLike[str], cases: Sequence[Eva
                     benchmark_tasks: Sequence[str] = (), benchmark_limit: int | None = None,
                     max_new_tokens: int = 48) -> dict[str, Any]:
     """Reliability suite + benchmarks + gate decision for one checkpoint, as one JSON-able report."""
-    loaded = load_model(checkpoint_path)
+    loaded = load_checkpoint(checkpoint_path, merge_adapter=True, dtype="float32")
     report = evaluate_checkpoint(checkpoint_path, cases, max_new_tokens=max_new_tokens, loaded=loaded)
     benchmarks = (evaluate_benchmarks(checkpoint_path, benchmark_tasks, limit=benchmark_limit, loaded=loaded)
                   if benchmark_tasks else {"tasks": {}})

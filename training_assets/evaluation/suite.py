@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from training_assets.evaluation.cases import DEFAULT_CASES, EvalCase, load_cases, parse_case
-from training_assets.evaluation.loading import load_model
+from training_assets.trainers.loading import load_checkpoint
 from training_assets.evaluation.scorers import SCORERS
 
 
@@ -125,6 +125,6 @@ def evaluate_checkpoint(path: str | os.PathLike[str],
     if not cases:
         raise ValueError("no eval cases: pass a non-empty list or a JSONL file of cases")
     torch.manual_seed(0)
-    model, tokenizer = loaded or load_model(path)
+    model, tokenizer = loaded or load_checkpoint(path, merge_adapter=True, dtype="float32")
     answers = generate_answers(model, tokenizer, cases, max_new_tokens)
     return summarize([score_case(c, a) for c, a in zip(cases, answers, strict=True)], checkpoint=str(path))

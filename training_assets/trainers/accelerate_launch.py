@@ -4,15 +4,16 @@
     torchrun --nproc_per_node 2 -m training_assets.trainers.accelerate_launch job.json
     accelerate launch --config_file fsdp.yaml -m training_assets.trainers.accelerate_launch job.json
 
-The job spec (``write_job``) names the trainer kind, the ``TrainConfig`` as a dict, where the
-examples come from (a dataset asset under a data root, or a JSONL file), the tokenizer, and
+The job spec (``write_job``, written by ``trainers.jobs.run_training``) names the trainer kind, the
+``TrainConfig`` as a dict, where the examples come from (a dataset asset under a data root, or a
+JSONL file), the plan already made for them (so the run does not plan again), and optionally
 where to write the result JSON. With more than one process (``WORLD_SIZE`` > 1) or
 ``distributed != "none"`` an ``accelerate.Accelerator`` is created (``cpu=True`` without CUDA:
-gloo) and each process trains on its slice of every global batch; only rank 0 writes
-checkpoints and the result.
+gloo) and each process trains on its slice of every global batch; only rank 0 reports.
 
-Under Dagster Pipes (``PipesSubprocessClient``) progress lines go to the Dagster run log and
-the result is reported as a custom message; the result file is written either way.
+Under Dagster Pipes (``PipesSubprocessClient`` sets ``DAGSTER_PIPES_CONTEXT``) rank 0 streams
+progress lines to the run log and reports the result — the ``TrainResult`` mapping — as the
+custom message ``{"training_result": ...}``, which the asset reads from the completed invocation.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from training_assets.storage import write_json_atomic
 
 DATASET_LOADERS = {"pretrain_windows": "load_pretrain_windows", "sft_dataset": "load_sft_dataset",
                    "preference_pairs": "load_preference_pairs", "grpo_groups": "load_grpo_groups"}
+RESULT_MESSAGE = "training_result"
 
 
 def write_job(path: str | os.PathLike[str], kind: str, config: dict[str, Any], examples: dict[str, Any],
-              result_path: str, tokenizer_root: str | None = None) -> Path:
-    """Write a job spec. ``examples``: ``{"dataset": key, "root": dir, "limit": n?}`` or ``{"jsonl": path}``."""
-    return write_json_atomic(path, {"kind": kind, "config": config, "examples": examples,
-                                    "result_path": result_path, "tokenizer_root": tokenizer_root})
+              result_path: str | None = None, plan: dict[str, Any] | None = None) -> Path:
+    """Write a job spec. ``examples``: ``{"dataset": key, "root": dir, "limit": n?}`` or ``{"jsonl": path, "limit": n?}``."""
+    return write_json_atomic(path, {"kind": kind, "config": config, "examples": examples, "plan": plan,
+                                    "result_path": result_path})
 
 
 def load_examples(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,10 +54,21 @@ def load_examples(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def make_accelerator(config: Any) -> Any:
-    """An Accelerator when several processes run or a distributed mode is asked for, else None."""
+    """An Accelerator when a launcher started several processes or a distributed mode is asked for, else None.
+
+    FSDP and DeepSpeed come from ``accelerate launch`` with their config; under another launcher
+    they would silently train as plain DDP, so that is refused.
+    """
+    from training_assets.launch import check_launched
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1 and config.distributed == "none":
         return None
+    check_launched(config)
+    flag = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}.get(config.distributed)
+    if flag and os.environ.get(flag, "").lower() != "true":
+        raise RuntimeError(f"distributed={config.distributed!r} needs `accelerate launch` with a {config.distributed} "
+                           f"config (launch.write_config + build_launch_command(..., config_file=...)); {flag} is not set")
     import torch
     from accelerate import Accelerator
 
@@ -63,45 +76,42 @@ def make_accelerator(config: Any) -> Any:
 
 
 def run_job(job: dict[str, Any], log_fn: Any = None) -> dict[str, Any]:
-    """Train per the job spec; returns (and on rank 0 writes) the result dict."""
+    """Train per the job spec; returns (and on rank 0 writes, if the spec names a file) the result dict."""
     from training_assets.trainers import TrainConfig, get_trainer
+    from training_assets.trainers.plan import Plan
 
     config = TrainConfig.from_dict(job["config"])
-    tokenizer = None
-    if job.get("tokenizer_root"):
-        from training_assets.tokenizer_trainer import load_tokenizer
-
-        tokenizer = load_tokenizer(job["tokenizer_root"])
     accelerator = make_accelerator(config)
     callbacks = ()
     if log_fn is not None:
         callbacks = (lambda step, m: log_fn(f"step {step} loss {m['loss']:.4f} lr {m['lr']:.2e} "
                                             f"{m['tokens_per_s']:.0f} tok/s eta {m['eta_s']:.0f}s"),)
-    trainer = get_trainer(job["kind"], config, tokenizer=tokenizer, accelerator=accelerator, callbacks=callbacks)
-    result = trainer.train(load_examples(job["examples"]))
-    payload = {"kind": result.kind, "plan": result.plan.to_dict(), "train": result.train_summary(),
-               "checkpoint_dir": result.checkpoint_dir, "adapter": result.adapter, "base_model_dir": result.base_model_dir,
-               "tokenizer_dir": result.tokenizer_dir, "mlflow_run_id": result.mlflow_run_id,
-               "world_size": accelerator.num_processes if accelerator is not None else 1,
-               "skipped": getattr(trainer, "skipped", []), "mean_rewards": getattr(trainer, "rewards", [])}
-    if accelerator is None or accelerator.is_main_process:
+    trainer = get_trainer(job["kind"], config, accelerator=accelerator, callbacks=callbacks)
+    plan = Plan.from_dict(job["plan"]) if job.get("plan") else None
+    payload = trainer.train(load_examples(job["examples"]), plan=plan).to_dict()
+    if job.get("result_path") and (accelerator is None or accelerator.is_main_process):
         write_json_atomic(job["result_path"], payload)
     return payload
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, kind: str | None = None) -> int:
+    """Run ``JOB.json``; ``kind``: the only trainer kind this entry accepts (``pretrain_trainer``)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m training_assets.trainers.accelerate_launch JOB.json", file=sys.stderr)
+        print(f"usage: python -m {__spec__.name if __spec__ else __name__} JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text())
+    if kind is not None and job["kind"] != kind:
+        print(f"{argv[0]}: a {job['kind']!r} job; this entry trains {kind!r} jobs only "
+              "(python -m training_assets.trainers.accelerate_launch runs any)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if os.environ.get("DAGSTER_PIPES_CONTEXT"):
+    if os.environ.get("DAGSTER_PIPES_CONTEXT") and os.environ.get("RANK", "0") == "0":
         from dagster_pipes import open_dagster_pipes  # the light Pipes protocol package, not dagster itself
 
         with open_dagster_pipes() as pipes:
             result = run_job(job, log_fn=pipes.log.info)
-            pipes.report_custom_message({"result_path": job["result_path"], "final_loss": result["train"]["final_loss"]})
+            pipes.report_custom_message({RESULT_MESSAGE: result})
         return 0
     run_job(job)
     return 0

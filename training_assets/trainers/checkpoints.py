@@ -1,4 +1,4 @@
-"""Resumable training checkpoints, the checkpoint manifest, and loading a checkpoint for eval.
+"""Resumable training checkpoints: ``checkpoint-<step>/`` written atomically, pruned, and restored.
 
 A training checkpoint ``<output_dir>/checkpoint-<step:06d>/`` holds:
 
@@ -12,8 +12,8 @@ It is built in a hidden temp dir and renamed into place, so a SIGKILL mid-write 
 ``.checkpoint-*.tmp`` dir that resume ignores and removes. Older checkpoints are pruned to
 ``save_total_limit`` after each save.
 
-The *asset* contract (GRAPH.md) is ``<root>/<asset_key>/manifest.json``, written last:
-``read_manifest(root, asset_key)`` and ``load_model_for_eval(manifest)``.
+The finished model and its record are elsewhere: ``<output_dir>/final`` (``modeling.save_final``),
+the manifest (``trainers.manifest``), loading a checkpoint (``trainers.loading``).
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from training_assets import paths
-from training_assets.storage import atomic_dir, write_json_atomic
+from training_assets.storage import atomic_dir
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 TRAINABLE_FILE = "trainable.safetensors"
 STATE_PT = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
-MANIFEST = "manifest.json"
 
 
 def checkpoint_dirs(output_dir: str | os.PathLike[str]) -> list[Path]:
@@ -156,63 +154,3 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, scal
     set_rng_state(state["rng"])
     info = json.loads((path / STATE_JSON).read_text())
     return {"step": state["step"], "data_position": state["data_position"], "losses": info["losses"]}
-
-
-# ---------------------------------------------------------------- asset manifest
-
-
-def write_manifest(root: str | os.PathLike[str] | None, asset_key: str, manifest: dict[str, Any]) -> Path:
-    """Write ``<root>/<asset_key>/manifest.json`` atomically (call it last: it marks the asset complete)."""
-    required = {"asset", "kind", "checkpoint_dir", "base_model_dir", "tokenizer_dir", "train", "config"}
-    missing = sorted(required - set(manifest))
-    if missing:
-        raise ValueError(f"manifest for {asset_key} lacks {missing}")
-    if manifest["kind"] not in ("full", "adapter"):
-        raise ValueError(f"manifest kind must be 'full' or 'adapter', got {manifest['kind']!r}")
-    return write_json_atomic(paths.asset_dir(asset_key, root) / MANIFEST, manifest)
-
-
-def read_manifest(root: str | os.PathLike[str] | None, asset_key: str) -> dict[str, Any]:
-    """The manifest of a checkpoint asset (``base_checkpoint``, ``sft_checkpoint``, ...)."""
-    path = paths.asset_dir(asset_key, root) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: materialise {asset_key} first "
-                                f"(dagster asset materialize --select {asset_key}, or `make demo`)")
-    return json.loads(path.read_text())
-
-
-GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
-
-
-def load_tokenizer_dir(path: str | os.PathLike[str]) -> Any:
-    """Load a tokenizer dir without letting a neighbouring config.json change it.
-
-    In transformers 5, ``AutoTokenizer`` on a dir whose config.json says ``model_type: qwen2``
-    returns ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer (splitting digits) and encodes
-    our own BPE differently. A tokenizer saved as the generic class is therefore loaded as
-    ``PreTrainedTokenizerFast`` (exactly its tokenizer.json); a model-specific one (a hub model)
-    goes through ``AutoTokenizer`` as usual.
-    """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    config_path = Path(path) / "tokenizer_config.json"
-    if config_path.is_file() and json.loads(config_path.read_text()).get("tokenizer_class") in GENERIC_TOKENIZER_CLASSES:
-        return PreTrainedTokenizerFast.from_pretrained(str(path))
-    return AutoTokenizer.from_pretrained(str(path))
-
-
-def load_model_for_eval(manifest: dict[str, Any], **kwargs: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for a manifest: a full model, or a PEFT adapter loaded on its base. eval() mode."""
-    from transformers import AutoModelForCausalLM
-
-    from training_assets.peft_manager import load_adapter
-
-    tokenizer = load_tokenizer_dir(manifest["tokenizer_dir"])
-    if manifest["kind"] == "adapter":
-        if not manifest.get("base_model_dir"):
-            raise ValueError(f"adapter manifest for {manifest.get('asset')} has no base_model_dir")
-        model = load_adapter(manifest["base_model_dir"], manifest["checkpoint_dir"], **kwargs)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(manifest["checkpoint_dir"], **kwargs)
-    model.eval()
-    return model, tokenizer

@@ -6,7 +6,7 @@ assistant tokens count in the sequence log-prob. One forward runs chosen and rej
 (2B rows). The loss is ``objectives.dpo_loss`` (sigmoid / IPO / hinge, label smoothing).
 
 The reference is the policy at the start of training. By default its log-probs are computed
-once before the first step (``precompute_ref_logps``) and saved next to the checkpoints
+once before the first step (``DpoSpec.precompute_ref_logps``) and saved next to the checkpoints
 (``ref_logps.json``), so no second model stays in memory; otherwise the reference runs every
 step — for a LoRA policy that is the same model with the adapter disabled, for a full policy a
 frozen copy.
@@ -57,6 +57,9 @@ class DPOTrainer(TrainerBase):
                              f"(max_seq_len={self.config.max_seq_len}); first reasons: {self.skipped[:3]}")
         return rows
 
+    def result_extra(self) -> dict[str, Any]:
+        return {"skipped": list(self.skipped)}
+
     def _pair_tensors(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         from training_assets.trainers.modeling import pad_rows
 
@@ -72,7 +75,7 @@ class DPOTrainer(TrainerBase):
 
         from training_assets.trainers.modeling import sequence_logps
 
-        if not self.config.precompute_ref_logps:
+        if not self.config.dpo.precompute_ref_logps:
             if not hasattr(model, "peft_config"):
                 self.reference = copy.deepcopy(model).eval().requires_grad_(False)
             return
@@ -95,7 +98,7 @@ class DPOTrainer(TrainerBase):
         import torch
 
         batch = self._pair_tensors(rows)
-        if self.config.precompute_ref_logps:
+        if self.config.dpo.precompute_ref_logps:
             batch["ref_chosen"] = torch.tensor([r["ref_chosen"] for r in rows], dtype=torch.float64)
             batch["ref_rejected"] = torch.tensor([r["ref_rejected"] for r in rows], dtype=torch.float64)
         batch["n_tokens"] = int(batch["attention_mask"].sum())
@@ -111,7 +114,7 @@ class DPOTrainer(TrainerBase):
         backend = self.config.kernel_backend
         logps = sequence_logps(model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"], backend)
         B = logps.shape[0] // 2
-        if self.config.precompute_ref_logps:
+        if self.config.dpo.precompute_ref_logps:
             ref_c = batch["ref_chosen"].to(logps.device, logps.dtype)
             ref_r = batch["ref_rejected"].to(logps.device, logps.dtype)
         else:
@@ -122,7 +125,7 @@ class DPOTrainer(TrainerBase):
                     with reference_context(model):
                         ref = sequence_logps(model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"], backend)
             ref_c, ref_r = ref[:B], ref[B:]
-        loss = objectives.dpo_loss(logps[:B], logps[B:], ref_c, ref_r, beta=self.config.beta,
-                                   label_smoothing=self.config.label_smoothing, loss_type=self.config.dpo_loss_type,
+        loss = objectives.dpo_loss(logps[:B], logps[B:], ref_c, ref_r, beta=self.config.dpo.beta,
+                                   label_smoothing=self.config.dpo.label_smoothing, loss_type=self.config.dpo.loss_type,
                                    backend=backend)
         return loss, float(B)

@@ -1,7 +1,7 @@
 """Group Relative Policy Optimisation (Shao et al. 2024, DeepSeekMath, https://arxiv.org/abs/2402.03300).
 
 Each example is a ``grpo_groups`` row: a prompt with the agents' logged attempts (``completions``,
-``rewards``, ``advantages``). ``TrainConfig.rollout`` chooses where each group's rollouts come from:
+``rewards``, ``advantages``). ``GrpoSpec.rollout`` chooses where each group's rollouts come from:
 
 * ``"local"`` (library default) — the policy's own samples: ``num_generations`` completions per
   prompt by ``generate`` with the current policy, scored with the reward engine
@@ -20,6 +20,11 @@ advantage — and the loss — is 0 with ``"local"``; ``"dataset"`` and ``"mixed
 logged successes and failures. The loss is ``objectives.grpo_surrogate`` — the clipped
 importance-ratio surrogate with clip-higher and an optional k3 KL to the reference.
 
+``GrpoSpec.loss_type="la_grpo"`` selects the token-masked Local-Advantage GRPO surrogate
+(Franceschetti 2025): the members of a group share a prefix and branch at their first divergence;
+only tokens from that branch point on carry the advantage (``branch_starts``; the mask itself is
+``objectives.grpo_token_weights``).
+
 One policy update per rollout batch (TRL's ``num_iterations=1``): the old log-probs are the
 current policy's at rollout time (also for logged attempts, whose behaviour policy is unknown), so
 the ratio starts at 1 and the clipping only matters after the first step; with vLLM they are the
@@ -29,6 +34,8 @@ sampler's log-probs.
 from __future__ import annotations
 
 import copy
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
@@ -38,6 +45,30 @@ from training_assets.trainers.sft import as_messages, encode_completion
 
 # A generated completion has no environment verdict, so "success" cannot be scored online.
 ONLINE_REWARD_WEIGHTS = {"answer": 1.0, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
+
+
+def first_divergence(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the sequences' longest common prefix: the first index at which any two differ."""
+    shortest = min((len(s) for s in sequences), default=0)
+    for i in range(shortest):
+        if any(s[i] != sequences[0][i] for s in sequences[1:]):
+            return i
+    return shortest
+
+
+def branch_starts(rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Per row, the completion index where its group first diverges (LA-GRPO's branch point).
+
+    The prefix is taken over prompt + completion token ids, so members whose prompts are encoded
+    differently (a logged attempt's template prefix next to a sampled completion) branch at the
+    first differing token, clamped to the start of each completion. A group of one has nothing to
+    branch from: its whole completion counts.
+    """
+    groups: dict[str, list[list[int]]] = defaultdict(list)
+    for r in rows:
+        groups[r["group_id"]].append(list(r["prompt_ids"]) + list(r["completion_ids"]))
+    shared = {g: first_divergence(seqs) if len(seqs) > 1 else 0 for g, seqs in groups.items()}
+    return [max(0, shared[r["group_id"]] - len(r["prompt_ids"])) for r in rows]
 
 
 class GRPOTrainer(TrainerBase):
@@ -53,18 +84,21 @@ class GRPOTrainer(TrainerBase):
     @property
     def sequences_per_example(self) -> int:  # type: ignore[override]
         # per group: the policy's samples (mixed adds the logged attempts, unknown before prepare)
-        return self.config.num_generations if self.config.rollout != "dataset" else 1
+        return self.config.grpo.num_generations if self.config.grpo.rollout != "dataset" else 1
+
+    def result_extra(self) -> dict[str, Any]:
+        return {"skipped": list(self.skipped), "mean_rewards": list(self.rewards)}
 
     def reward_fn(self) -> Any:
         if self._reward_fn is None:
             from training_assets.training_data import compose_reward
 
-            self._reward_fn = compose_reward(self.config.reward_weights or ONLINE_REWARD_WEIGHTS)
+            self._reward_fn = compose_reward(self.config.grpo.reward_weights or ONLINE_REWARD_WEIGHTS)
         return self._reward_fn
 
     def example_tokens(self, example: dict[str, Any]) -> int:
         prompt_chars = sum(len(str(m.get("content") or "")) for m in as_messages(example["prompt"]))
-        return prompt_chars // 4 + self.config.max_new_tokens
+        return prompt_chars // 4 + self.config.grpo.max_new_tokens
 
     def _logged(self, group_id: str, prompt: list[dict[str, Any]], example: dict[str, Any], tokenizer: Any,
                 key: str) -> list[tuple[list[int], list[int], list[int], float]]:
@@ -84,22 +118,25 @@ class GRPOTrainer(TrainerBase):
         for i, e in enumerate(examples):
             group_id = str(e.get("group_id", i))
             prompt = as_messages(e["prompt"])
-            if self.config.rollout == "dataset":
+            if self.config.grpo.rollout == "dataset":
                 for p_ids, c_ids, mask, advantage in self._logged(group_id, prompt, e, tokenizer, "advantages"):
                     rows.append({"group_id": group_id, "prompt_ids": p_ids, "completion_ids": c_ids,
                                  "completion_mask": mask, "advantage": advantage, "old_logps": None})
             else:
                 prompt_ids = list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True,
                                                                 return_dict=True)["input_ids"])
-                logged = self._logged(group_id, prompt, e, tokenizer, "rewards") if self.config.rollout == "mixed" else []
+                logged = self._logged(group_id, prompt, e, tokenizer, "rewards") if self.config.grpo.rollout == "mixed" else []
                 rows.append({"group_id": group_id, "prompt": prompt, "prompt_ids": prompt_ids[-self.config.max_seq_len:],
                              "expected_answer": e.get("expected_answer"), "logged": logged})
         if not rows:
             raise ValueError(f"grpo: no trainable rows from {len(examples)} groups; first reasons: {self.skipped[:3]}")
+        if self.config.grpo.rollout == "dataset" and self.config.grpo.loss_type == "la_grpo":
+            for row, start in zip(rows, branch_starts(rows), strict=True):  # whole groups are here, not per batch
+                row["branch_start"] = start
         return rows
 
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
-        if self.config.kl_beta > 0 and not hasattr(model, "peft_config"):
+        if self.config.grpo.kl_beta > 0 and not hasattr(model, "peft_config"):
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
 
     # ---------------------------------------------------------------- rollouts
@@ -108,12 +145,12 @@ class GRPOTrainer(TrainerBase):
 
         tok = self.tokenizer
         buffer = RolloutBuffer()
-        G = self.config.num_generations
-        if self.config.rollout == "vllm":
-            client = VLLMRolloutClient(self.config.vllm_base_url, self.config.run_name or "policy")
+        G = self.config.grpo.num_generations
+        if self.config.grpo.rollout == "vllm":
+            client = VLLMRolloutClient(self.config.grpo.vllm_base_url, self.config.run_name or "policy")
             for r in rows:
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
-                staged.generations = client.generate(r["prompt_ids"], G, self.config.max_new_tokens, self.config.temperature)
+                staged.generations = client.generate(r["prompt_ids"], G, self.config.grpo.max_new_tokens, self.config.grpo.temperature)
         else:
             from training_assets.trainers.modeling import device_of
 
@@ -126,8 +163,8 @@ class GRPOTrainer(TrainerBase):
             model.eval()
             with torch.no_grad():
                 out = model.generate(input_ids=ids.to(device_of(model)), attention_mask=attn.to(device_of(model)),
-                                     do_sample=True, temperature=self.config.temperature, top_k=0, top_p=1.0,
-                                     max_new_tokens=self.config.max_new_tokens, pad_token_id=pad_id,
+                                     do_sample=True, temperature=self.config.grpo.temperature, top_k=0, top_p=1.0,
+                                     max_new_tokens=self.config.grpo.max_new_tokens, pad_token_id=pad_id,
                                      eos_token_id=tok.eos_token_id, use_cache=True)
             model.train(was_training)
             completions = out[:, P:].cpu().tolist()
@@ -148,8 +185,10 @@ class GRPOTrainer(TrainerBase):
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
         import torch
 
-        if self.config.rollout != "dataset":
+        if self.config.grpo.rollout != "dataset":
             rows = self._rollout(rows, model)
+            if self.config.grpo.loss_type == "la_grpo":
+                rows = [{**r, "branch_start": b} for r, b in zip(rows, branch_starts(rows), strict=True)]
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         P = max(len(r["prompt_ids"]) for r in rows)
         C = max(max(len(r["completion_ids"]) for r in rows), 1)
@@ -164,19 +203,24 @@ class GRPOTrainer(TrainerBase):
                                  "advantages": torch.tensor([r["advantage"] for r in rows], dtype=torch.float32),
                                  "prompt_len": P}
         batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        if self.config.grpo.loss_type == "la_grpo":
+            batch["branch_start"] = torch.tensor([r["branch_start"] for r in rows], dtype=torch.long)
         with torch.no_grad():
             # Sampler log-probs (vLLM) are the old policy; otherwise old = current policy, taken as
             # logps.detach() in the loss (one update per rollout batch) instead of a second forward.
             if all(r.get("old_logps") is not None for r in rows):
                 batch["old_logps"] = torch.tensor([list(r["old_logps"]) + [0.0] * (C - len(r["old_logps"])) for r in rows])
-            if self.config.kl_beta > 0:
+            if self.config.grpo.kl_beta > 0:
                 if self.reference is not None:
                     batch["ref_logps"] = self._completion_logps(self.reference, batch)
                 else:
                     with reference_context(model):
                         batch["ref_logps"] = self._completion_logps(model, batch)
         batch["n_tokens"] = int(batch["attention_mask"].sum())
-        batch["weight"] = float(batch["completion_mask"].sum())
+        trained = batch["completion_mask"]
+        if "branch_start" in batch:  # LA-GRPO trains only from the branch point on
+            trained = trained * (torch.arange(C)[None, :] >= batch["branch_start"][:, None])
+        batch["weight"] = float(trained.sum())
         return batch
 
     @staticmethod
@@ -195,12 +239,13 @@ class GRPOTrainer(TrainerBase):
         logps = self._completion_logps(model, batch)
         dev = logps.device
         mask = batch["completion_mask"].to(dev)
-        if float(mask.sum()) == 0:
+        if batch["weight"] == 0:
             return logps.sum() * 0.0, 0.0
         old = batch["old_logps"].to(dev) if "old_logps" in batch else logps.detach()
         loss = objectives.grpo_surrogate(
             logps, old, batch["advantages"].to(dev), mask,
-            ref_logps=batch["ref_logps"].to(dev) if "ref_logps" in batch else None, beta=self.config.kl_beta,
-            epsilon_low=self.config.epsilon_low, epsilon_high=self.config.epsilon_high,
-            loss_type=self.config.grpo_loss_type, backend=self.config.kernel_backend)
-        return loss, float(mask.sum())
+            ref_logps=batch["ref_logps"].to(dev) if "ref_logps" in batch else None, beta=self.config.grpo.kl_beta,
+            epsilon_low=self.config.grpo.epsilon_low, epsilon_high=self.config.grpo.epsilon_high,
+            loss_type=self.config.grpo.loss_type, branch_start=batch["branch_start"].to(dev) if "branch_start" in batch else None,
+            backend=self.config.kernel_backend)
+        return loss, batch["weight"]

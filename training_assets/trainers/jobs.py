@@ -1,26 +1,37 @@
-"""Training jobs for the checkpoint assets: job spec in, manifest out (no Dagster here).
+"""One way to train: ``prepare_job`` resolves a run's inputs once, ``run_training`` plans once, trains, writes the manifest.
 
-``prepare_job`` resolves the upstream assets (tokenizer, dataset, base checkpoint) under a data
-root, builds the ``TrainConfig`` and writes the job spec that ``trainers.accelerate_launch``
-runs (in a subprocess under Dagster Pipes, or torchrun / accelerate launch). The run directory
-is named after a fingerprint of the config and the upstream data versions, with
-``resume_from="auto"``: re-materialising after a crash with the same inputs resumes the
+    job = prepare_job("dpo_checkpoint", root, {"max_steps": 8, "lora": {"r": 8}})   # upstream manifest read here
+    run = run_training(job)                       # in this process; or launcher=... for a subprocess
+    run.plan["planned_steps"], run.manifest.data_version
+
+Every training goes through ``run_training``: the checkpoint assets (Pipes subprocess), the CLI
+(``train ... --execute``, in-process or torchrun) and ``training_pipeline`` (in-memory examples,
+injected model). It loads the examples, makes the plan (once: a subprocess receives it in the job
+spec), trains in-process or through ``launcher`` (a callable that runs the launch command and
+returns the reported result), then writes the manifest (``trainers.manifest``, last).
+
+Asset runs live in ``<root>/<asset>/runs/<fingerprint of config + upstream versions + limit>/``
+with ``resume_from="auto"``: re-materialising after a crash with the same inputs resumes the
 interrupted run instead of starting over, and changed inputs start a fresh one.
-``finish_job`` reads the result and writes the asset's ``manifest.json`` (GRAPH.md contract).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from training_assets import paths
-from training_assets.storage import fingerprint, sha256_tree
-from training_assets.trainers.base import TrainConfig
-from training_assets.trainers.checkpoints import read_manifest, write_manifest
+from training_assets.storage import fingerprint, sha256_file, sha256_tree
+from training_assets.trainers.config import TrainConfig
+from training_assets.trainers.manifest import (CheckpointManifest, merged_manifest, read_manifest, trained_manifest,
+                                               write_asset_manifest, write_manifest)
+from training_assets.trainers.plan import Plan
 
 # asset key -> (trainer kind, dataset asset, upstream checkpoint asset or None)
 CHECKPOINT_ASSETS: dict[str, tuple[str, str, str | None]] = {
@@ -29,117 +40,191 @@ CHECKPOINT_ASSETS: dict[str, tuple[str, str, str | None]] = {
     "dpo_checkpoint": ("dpo", "preference_pairs", "sft_checkpoint"),
     "grpo_checkpoint": ("grpo", "grpo_groups", "sft_checkpoint"),
 }
+KIND_ASSET = {kind: asset for asset, (kind, _, _) in CHECKPOINT_ASSETS.items()}
 RUNS_DIR = "runs"
+# argv -> the result the launched job reported (a Pipes message, or the result file rank 0 wrote)
+Launcher = Callable[[list[str]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """A training run with its inputs resolved: what trains, on what, and where its manifest goes."""
+
+    asset: str  # the manifest's asset key
+    kind: str
+    config: TrainConfig
+    examples: dict[str, Any]  # {"dataset", "root", "limit"} | {"jsonl", "limit"} | {} (given in memory)
+    data_versions: dict[str, str]
+    manifest_dir: Path  # <root>/<asset> for asset runs, else the run's output_dir
+    prune_runs: bool = False  # asset runs: older run dirs go once this run's manifest is written
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.output_dir)
 
 
 @dataclass
-class PreparedJob:
-    asset_key: str
-    kind: str
-    job_path: Path
-    result_path: Path
-    run_dir: Path
-    config: TrainConfig
-    data_versions: dict[str, str]
+class TrainingRun:
+    """A planned (``manifest is None``) or finished run: the plan, the reported result and the manifest."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"asset_key": self.asset_key, "kind": self.kind, "job_path": str(self.job_path),
-                "result_path": str(self.result_path), "run_dir": str(self.run_dir), "data_versions": self.data_versions,
-                "config": self.config.to_dict()}
+    job: TrainingJob
+    plan: Plan
+    result: dict[str, Any] = field(default_factory=dict)
+    manifest: CheckpointManifest | None = None
 
 
-def upstream_versions(asset_key: str, root: Path) -> dict[str, str]:
-    """Data versions of what a checkpoint asset is trained from (tokenizer, dataset, base checkpoint)."""
-    from training_assets.tokenizer_trainer import tokenizer_hash
+def _dataset_version(dataset: str, root: Path) -> str:
     from training_assets.training_data import read_dataset_info
 
-    _, dataset, upstream = CHECKPOINT_ASSETS[asset_key]
     info = read_dataset_info(dataset, root)
     if info is None:
-        raise FileNotFoundError(f"{asset_key} trains on {dataset}, which is not materialised under {root}; "
-                                f"materialise {dataset} first")
-    versions = {"tokenizer": tokenizer_hash(root), dataset: info.data_version}
-    if upstream is not None:
-        versions[upstream] = read_manifest(root, upstream)["data_version"]
-    return versions
+        raise FileNotFoundError(f"{dataset} is not materialised under {root}; materialise {dataset} first "
+                                f"(training-assets build-dataset, or `make demo`)")
+    return info.data_version
 
 
-def prepare_job(asset_key: str, root: str | Path | None, overrides: dict[str, Any], tracking_uri: str | None = None,
-                tags: dict[str, str] | None = None, limit: int | None = None) -> PreparedJob:
-    """Resolve inputs and write the job spec for a checkpoint asset; ``overrides`` are TrainConfig fields."""
-    from training_assets.tokenizer_trainer import tokenizer_dir
-    from training_assets.trainers.accelerate_launch import write_job
+def prepare_job(asset: str, root: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None, *,
+                output_dir: str | os.PathLike[str] | None = None, examples_jsonl: str | os.PathLike[str] | None = None,
+                limit: int | None = None, tracking_uri: str | None = None,
+                tags: Mapping[str, str] | None = None) -> TrainingJob:
+    """Resolve a checkpoint asset's inputs (``overrides`` are TrainConfig fields) into a ``TrainingJob``.
 
-    if asset_key not in CHECKPOINT_ASSETS:
-        raise ValueError(f"{asset_key!r} is not a training asset; one of {sorted(CHECKPOINT_ASSETS)}")
+    The base model defaults to the upstream checkpoint's (its manifest is read here, once), the
+    tokenizer to the tokenizer asset, the examples to the dataset asset (or ``examples_jsonl``).
+    Without ``output_dir`` this is the asset's own run (fingerprinted run dir, resumable, manifest at
+    ``<root>/<asset>``); with one, a run there whose manifest lands beside it (the CLI).
+    """
+    from training_assets.tokenizer_trainer import tokenizer_dir, tokenizer_hash
+
+    if asset not in CHECKPOINT_ASSETS:
+        raise ValueError(f"{asset!r} is not a training asset; one of {sorted(CHECKPOINT_ASSETS)}")
     root = paths.data_root(root)
-    kind, dataset, upstream = CHECKPOINT_ASSETS[asset_key]
-    versions = upstream_versions(asset_key, root)
-    fields: dict[str, Any] = {"tokenizer": str(tokenizer_dir(root)), **overrides}
-    if upstream is not None:
-        fields["base_model"] = read_manifest(root, upstream)["checkpoint_dir"]
-    probe = TrainConfig.from_dict({**fields, "output_dir": "-"})
-    run_id = fingerprint(probe.to_dict(), versions, limit)
-    run_dir = paths.asset_dir(asset_key, root) / RUNS_DIR / run_id
-    config = TrainConfig.from_dict({**fields, "output_dir": str(run_dir), "resume_from": "auto",
-                                    "tracker": "mlflow" if tracking_uri else "none", "tracking_uri": tracking_uri,
-                                    "tracker_tags": tags, "run_name": f"{asset_key}-{run_id}"})
-    run_dir.mkdir(parents=True, exist_ok=True)
-    result_path = run_dir / "result.json"
-    if result_path.exists():
-        result_path.unlink()  # a stale result must never be mistaken for this run's
-    job_path = write_job(run_dir / "job.json", kind, config.to_dict(),
-                         {"dataset": dataset, "root": str(root), "limit": limit}, str(result_path))
-    return PreparedJob(asset_key, kind, job_path, result_path, run_dir, config, versions)
+    kind, dataset, upstream = CHECKPOINT_ASSETS[asset]
+    fields: dict[str, Any] = dict(overrides or {})
+    versions: dict[str, str] = {}
+    if upstream is not None and "base_model" not in fields:
+        base = read_manifest(root, upstream)
+        fields["base_model"], versions[upstream] = base.checkpoint_dir, base.data_version
+    elif fields.get("base_model"):
+        versions["base_model"] = str(fields["base_model"])
+    if "tokenizer" not in fields and (tokenizer_dir(root) / "tokenizer.json").is_file():
+        fields["tokenizer"], versions["tokenizer"] = str(tokenizer_dir(root)), tokenizer_hash(root)
+    elif fields.get("tokenizer"):
+        versions["tokenizer"] = sha256_tree(fields["tokenizer"])
+    if examples_jsonl is not None:
+        examples: dict[str, Any] = {"jsonl": str(examples_jsonl), "limit": limit}
+        versions["examples"] = sha256_file(examples_jsonl)
+    else:
+        examples = {"dataset": dataset, "root": str(root), "limit": limit}
+        versions[dataset] = _dataset_version(dataset, root)
+    if output_dir is None:
+        probe = TrainConfig.from_dict({**fields, "output_dir": "-"})
+        run_dir = paths.asset_dir(asset, root) / RUNS_DIR / fingerprint(probe.to_dict(), versions, limit)
+        fields |= {"output_dir": str(run_dir), "resume_from": "auto", "run_name": f"{asset}-{run_dir.name}"}
+        manifest_dir, prune = paths.asset_dir(asset, root), True
+    else:
+        fields["output_dir"] = str(Path(output_dir).resolve())
+        manifest_dir, prune = Path(fields["output_dir"]), False
+    if tracking_uri is not None:
+        fields.setdefault("tracker", "mlflow")
+        fields["tracking_uri"] = tracking_uri
+    if tags:
+        fields["tracker_tags"] = {**(fields.get("tracker_tags") or {}), **tags}
+    return TrainingJob(asset, kind, TrainConfig.from_dict(fields), examples, versions, manifest_dir, prune)
 
 
-def finish_job(job: PreparedJob, root: str | Path | None, dagster_run_id: str | None = None) -> dict[str, Any]:
-    """Read the job's result, write ``manifest.json`` (last), drop older runs; returns the manifest."""
-    root = paths.data_root(root)
-    if not job.result_path.is_file():
-        raise RuntimeError(f"training job {job.job_path} finished without {job.result_path}; see its log")
-    result = json.loads(job.result_path.read_text())
-    manifest = {
-        "asset": job.asset_key, "kind": "adapter" if result["adapter"] else "full",
-        "checkpoint_dir": result["checkpoint_dir"], "base_model_dir": result["base_model_dir"] if result["adapter"] else None,
-        "tokenizer_dir": result["tokenizer_dir"], "train": result["train"], "plan": result["plan"],
-        "mlflow_run_id": result["mlflow_run_id"], "tracking_uri": job.config.tracking_uri,
-        "dagster_run_id": dagster_run_id, "data_versions": job.data_versions, "config": job.config.to_dict(),
-        "data_version": fingerprint(sha256_tree(result["checkpoint_dir"]), job.data_versions),
-        "skipped": result.get("skipped", []), "mean_rewards": result.get("mean_rewards", []),
-    }
-    write_manifest(root, job.asset_key, manifest)
-    runs = paths.asset_dir(job.asset_key, root) / RUNS_DIR
-    for other in runs.iterdir():
-        if other.is_dir() and other != job.run_dir:
-            shutil.rmtree(other, ignore_errors=True)
-    return manifest
+def in_memory_job(asset: str, kind: str, config: TrainConfig, data_versions: Mapping[str, str]) -> TrainingJob:
+    """A job whose examples the caller passes to ``run_training`` (pipelines); its manifest goes to output_dir."""
+    return TrainingJob(asset, kind, config, {}, dict(data_versions), Path(config.output_dir))
 
 
-def merge_job(root: str | Path | None, sources: tuple[str, ...] = ("dpo_checkpoint", "grpo_checkpoint"),
-              weights: list[float] | None = None, density: float = 0.5, dagster_run_id: str | None = None) -> dict[str, Any]:
+def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[str, Any]] | None = None,
+                 model: Any = None, tokenizer: Any = None, num_processes: int = 1, launcher: Launcher | None = None,
+                 dagster_run_id: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
+    """Plan ``job`` once and, with ``execute``, train it and write its manifest (last).
+
+    ``rows``: the examples, when the job has no source to load them from; ``model``/``tokenizer``:
+    injected (in-process only). ``launcher``: run the training in another process (Pipes,
+    torchrun, accelerate launch); required for ``num_processes > 1``.
+    """
+    from training_assets.trainers import get_trainer
+    from training_assets.trainers.accelerate_launch import load_examples, write_job
+
+    if rows is None:
+        if not job.examples:
+            raise ValueError(f"{job.asset}: the job names no examples; pass rows=")
+        rows = load_examples(job.examples)
+    rows = list(rows)
+    trainer = get_trainer(job.kind, job.config, model=model, tokenizer=tokenizer)
+    plan = trainer.plan(rows, world_size=num_processes)
+    run = TrainingRun(job, plan)
+    if not execute:
+        return run
+    if log is not None:
+        log(f"{job.asset}: plan " + ", ".join(f"{k}={v}" for k, v in plan.to_dict().items() if k != "notes"))
+    if launcher is None:
+        if num_processes > 1:
+            raise ValueError(f"{job.asset}: num_processes={num_processes} needs a launcher (torchrun / accelerate launch)")
+        run.result = trainer.train(rows, plan=plan).to_dict()
+    else:
+        if model is not None or tokenizer is not None or not job.examples:
+            raise ValueError(f"{job.asset}: a launched run loads its own model, tokenizer and examples from the job spec")
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        spec = write_job(job.run_dir / "job.json", job.kind, job.config.to_dict(), job.examples,
+                         str(job.run_dir / "result.json"), plan.to_dict())
+        from training_assets.launch import build_launch_command
+
+        run.result = dict(launcher(build_launch_command(
+            "training_assets.trainers.accelerate_launch", spec, distributed=job.config.distributed,
+            num_processes=num_processes, cpu=not _has_cuda(), python=sys.executable)))
+    run.manifest = trained_manifest(job.asset, run.result, job.config.to_dict(), job.data_versions, job.examples,
+                                    dagster_run_id)
+    write_manifest(job.manifest_dir, run.manifest)
+    if job.prune_runs:
+        for other in (job.manifest_dir / RUNS_DIR).iterdir():
+            if other.is_dir() and other != job.run_dir:
+                shutil.rmtree(other, ignore_errors=True)
+    return run
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def subprocess_launcher() -> Launcher:
+    """Run the command as a child process and read the result file its rank 0 wrote beside the job spec."""
+    import subprocess
+
+    def launch(argv: list[str]) -> Mapping[str, Any]:
+        path = Path(argv[-1]).parent / "result.json"
+        path.unlink(missing_ok=True)  # a stale result must never be mistaken for this run's
+        done = subprocess.run(argv)
+        if done.returncode != 0 or not path.is_file():
+            raise RuntimeError(f"training failed (exit {done.returncode}, no {path}): {' '.join(argv)}")
+        return json.loads(path.read_text())
+
+    return launch
+
+
+def merge_job(root: str | os.PathLike[str] | None, sources: tuple[str, ...] = ("dpo_checkpoint", "grpo_checkpoint"),
+              weights: list[float] | None = None, density: float = 0.5,
+              dagster_run_id: str | None = None) -> CheckpointManifest:
     """TIES-merge the LoRA adapters of ``sources`` into ``merged_adapter``; returns its manifest."""
     from training_assets.peft_manager import merge_lora_adapters
 
     root = paths.data_root(root)
     manifests = [read_manifest(root, s) for s in sources]
-    not_adapters = [m["asset"] for m in manifests if m["kind"] != "adapter"]
+    not_adapters = [m.asset for m in manifests if not m.is_adapter]
     if not_adapters:
         raise ValueError(f"{not_adapters} are full checkpoints; TIES merge needs LoRA adapters (set lora_r > 0 on them)")
-    bases = {m["base_model_dir"] for m in manifests}
+    bases = {m.base_model_dir for m in manifests}
     if len(bases) != 1:
-        raise ValueError(f"adapters sit on different bases {sorted(bases)}; retrain them from the same sft_checkpoint")
+        raise ValueError(f"adapters sit on different bases {sorted(map(str, bases))}; retrain them from the same sft_checkpoint")
     out = paths.asset_dir("merged_adapter", root) / "adapter"
-    summary = merge_lora_adapters([m["checkpoint_dir"] for m in manifests], out, weights, density)
-    versions = {m["asset"]: m["data_version"] for m in manifests}
-    manifest = {
-        "asset": "merged_adapter", "kind": "adapter", "checkpoint_dir": str(out.resolve()),
-        "base_model_dir": manifests[0]["base_model_dir"], "tokenizer_dir": manifests[0]["tokenizer_dir"],
-        "train": {"steps": 0, "final_loss": None, "tokens_per_s": None, "peak_rss_mb": None, "losses": [],
-                  "merge": summary},
-        "mlflow_run_id": None, "dagster_run_id": dagster_run_id, "data_versions": versions,
-        "config": {"method": "ties", "weights": summary["weights"], "density": density, "sources": list(sources)},
-        "data_version": fingerprint(sha256_tree(out), versions),
-    }
-    write_manifest(root, "merged_adapter", manifest)
+    summary = merge_lora_adapters([m.checkpoint_dir for m in manifests], out, weights, density)
+    manifest = merged_manifest(manifests, out, summary, {"method": "ties", "weights": summary["weights"],
+                                                         "density": density, "sources": list(sources)}, dagster_run_id)
+    write_asset_manifest(root, manifest)
     return manifest

@@ -14,9 +14,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("torch", "numba")
-DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
-GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "la_grpo")
+from training_assets.trainers.config import DpoLossType, GrpoLossType, KernelBackend, choices
+
+BACKENDS = choices(KernelBackend)
+DPO_LOSS_TYPES = choices(DpoLossType)
+GRPO_LOSS_TYPES = choices(GrpoLossType)
 
 
 def _check_backend(backend: str) -> None:

@@ -1,7 +1,8 @@
 """Eval reports: the reliability suite and lm-eval benchmarks per checkpoint, with the gates.
 
-``sft_eval_report`` gates alignment (dpo/grpo depend on it); ``merged_eval_report`` gates
-registration, also against the model currently registered for the role. Each gate is a blocking
+``sft_eval_report`` gates alignment (dpo/grpo depend on it); ``dpo_eval_report`` and
+``grpo_eval_report`` gate the merge (``merged_adapter`` depends on both); ``merged_eval_report``
+gates registration, also against the model currently registered for the role. Each gate is a blocking
 asset check: when it fails, downstream assets do not run and the check says why.
 """
 
@@ -15,8 +16,8 @@ from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError, uri_path
 from training_assets.storage import fingerprint, sha256_file
-from training_assets.trainers import eval_hooks
-from training_assets.trainers.checkpoints import read_manifest
+from training_assets import evaluation
+from training_assets.trainers.manifest import read_manifest
 
 GATE_CHECK = "eval_gate"
 
@@ -24,7 +25,7 @@ GATE_CHECK = "eval_gate"
 class EvalReportConfig(dg.Config):
     cases_path: str = Field("", description="JSONL eval cases; empty = the shipped reliability suite (eval_tasks/).")
     max_new_tokens: int = Field(32, ge=1, description="Greedy tokens generated per case.")
-    benchmark_tasks: list[str] = Field(list(eval_hooks.DEFAULT_BENCHMARKS),
+    benchmark_tasks: list[str] = Field(list(evaluation.DEFAULT_BENCHMARKS),
                                        description="lm-eval tasks (shipped YAML names or lm-eval's own); [] skips lm-eval.")
     benchmark_limit: int = Field(30, ge=0, description=(
         "Examples per lm-eval task (0 = all: 60 multiple-choice tasks, 40 transcripts); 30 keeps the demo fast."))
@@ -40,18 +41,16 @@ class EvalReportConfig(dg.Config):
     max_regression: float = Field(0.02, ge=0.0, description=(
         "Promotion gate: how much worse than the registered model a metric may be (absolute for rates, relative "
         "for bits/byte)."))
-
-    def thresholds(self) -> eval_hooks.GateThresholds:
-        return eval_hooks.GateThresholds(
-            min_pass_rate=self.min_pass_rate, min_category_pass_rate=dict(self.min_category_pass_rate),
-            max_bits_per_byte=self.max_bits_per_byte, max_bpb_vs_uniform=self.max_bpb_vs_uniform,
-            max_regression=self.max_regression, regression_metrics=self.regression_metrics)
-
-
     regression_metrics: Optional[list[str]] = Field(
         ["pass_rate", "ta_held_out_perplexity/bits_per_byte"], description=(
             "Metrics that must be no worse than the registered model's (None = every metric both reports have). "
             "The demo leaves out 30-item accuracies and per-category rates, whose steps (1/30, 1/8) exceed the tolerance."))
+
+    def thresholds(self) -> evaluation.GateThresholds:
+        return evaluation.GateThresholds(
+            min_pass_rate=self.min_pass_rate, min_category_pass_rate=dict(self.min_category_pass_rate),
+            max_bits_per_byte=self.max_bits_per_byte, max_bpb_vs_uniform=self.max_bpb_vs_uniform,
+            max_regression=self.max_regression, regression_metrics=self.regression_metrics)
 
 
 class AlignedEvalConfig(EvalReportConfig):
@@ -81,10 +80,10 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
     name = f"v{current.version} ({current.checkpoint_id})"
     tasks, limit = config.benchmark_tasks, config.benchmark_limit or None
     summary = current.lineage.eval_summary
-    if summary.get("eval_config") == eval_hooks.eval_config_id(cases, tasks, limit, config.max_new_tokens):
+    if summary.get("eval_config") == evaluation.eval_config_id(cases, tasks, limit, config.max_new_tokens):
         return dict(summary.get("metrics", {})), name
     context.log.info(f"registered {name} was evaluated with another setup: evaluating its snapshot again")
-    payload = eval_hooks.run_eval_report(uri_path(current.checkpoint_uri), cases, eval_hooks.GateThresholds(),
+    payload = evaluation.run_eval_report(uri_path(current.checkpoint_uri), cases, evaluation.GateThresholds(),
                                          benchmark_tasks=tasks, benchmark_limit=limit,
                                          max_new_tokens=config.max_new_tokens)
     return payload["metrics"], f"{name}, re-evaluated"
@@ -93,17 +92,17 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
 def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str, config: EvalReportConfig,
               root, tracking_uri: str) -> dg.MaterializeResult:
     manifest = read_manifest(root, checkpoint)
-    cases_file = config.cases_path or str(eval_hooks.DEFAULT_CASES)
-    cases = eval_hooks.load_cases(cases_file)
+    cases_file = config.cases_path or str(evaluation.DEFAULT_CASES)
+    cases = evaluation.load_cases(cases_file)
     baseline, baseline_name = _baseline(context, config, cases, tracking_uri)
-    payload = eval_hooks.run_eval_report(
+    payload = evaluation.run_eval_report(
         paths.asset_dir(checkpoint, root), cases, config.thresholds(), baseline,
         baseline_name, config.benchmark_tasks, config.benchmark_limit or None, config.max_new_tokens)
-    payload |= {"checkpoint_asset": checkpoint, "checkpoint_data_version": manifest.get("data_version"),
+    payload |= {"checkpoint_asset": checkpoint, "checkpoint_data_version": manifest.data_version,
                 "cases_path": cases_file}
     version = fingerprint(payload["checkpoint_data_version"], sha256_file(cases_file), config.model_dump(),
-                          eval_hooks.EVAL_VERSION, baseline)
-    out = eval_hooks.write_eval_report(paths.asset_dir(asset_key, root), payload)
+                          evaluation.EVAL_VERSION, baseline)
+    out = evaluation.write_eval_report(paths.asset_dir(asset_key, root), payload)
     gate, metrics = payload["gate"], payload["metrics"]
     context.log.info(f"{asset_key}: pass rate {metrics['pass_rate']:.3f}; gate {'passed' if gate['passed'] else 'FAILED'}")
     categories = [{"category": k, **v} for k, v in payload["report"]["by_category"].items()]
@@ -118,7 +117,7 @@ def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str
             "pass_rate_by_category": md_table(categories, ["category", "n", "passed", "pass_rate"]),
             "benchmarks": md_table(bench) if bench else dg.MetadataValue.text(payload["benchmarks"].get("skipped", "none run")),
             "failed_cases": md_table(failed[:20], ["id", "category", "why", "output"]),
-            "chart": png_markdown(eval_hooks.eval_chart_png(metrics, baseline or None, f"{asset_key} ({checkpoint})"),
+            "chart": png_markdown(evaluation.eval_chart_png(metrics, baseline or None, f"{asset_key} ({checkpoint})"),
                                   "pass rates"),
             "compared_to": str(baseline_name),
         },
@@ -134,7 +133,7 @@ def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str
 
 def _eval_asset(asset_key: str, checkpoint: str, config_class: type, description: str):
     @dg.asset(
-        name=asset_key, deps=[checkpoint], group_name="evaluation", code_version=eval_hooks.EVAL_VERSION,
+        name=asset_key, deps=[checkpoint], group_name="evaluation", code_version=evaluation.EVAL_VERSION,
         kinds={"json"}, description=description,
         check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset=asset_key, blocking=True,
                                        description="Thresholds hold (and, for promotion, no worse than the registered model).")],
@@ -150,8 +149,8 @@ def _eval_asset(asset_key: str, checkpoint: str, config_class: type, description
 sft_eval_report = _eval_asset("sft_eval_report", "sft_checkpoint", EvalReportConfig,
                               "Reliability suite + lm-eval on the SFT checkpoint; its gate stops DPO/GRPO.")
 dpo_eval_report = _eval_asset("dpo_eval_report", "dpo_checkpoint", AlignedEvalConfig,
-                              "Reliability suite on the DPO adapter (informational: the merge is what gets promoted).")
+                              "Reliability suite on the DPO adapter; its gate stops the merge.")
 grpo_eval_report = _eval_asset("grpo_eval_report", "grpo_checkpoint", AlignedEvalConfig,
-                               "Reliability suite on the GRPO adapter (informational: the merge is what gets promoted).")
+                               "Reliability suite on the GRPO adapter; its gate stops the merge.")
 merged_eval_report = _eval_asset("merged_eval_report", "merged_adapter", PromotionEvalConfig,
                                  "Promotion gate: thresholds and no worse than the model registered for the role.")

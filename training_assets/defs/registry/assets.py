@@ -1,21 +1,18 @@
 """registry_entry: register the merged adapter for its role once its promotion gate has passed."""
 
-from dataclasses import replace
-
 import dagster as dg
 from pydantic import Field
 
-from training_assets import paths
+from training_assets import evaluation, paths
 from training_assets.defs.metadata import md_table
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.deploy import DeploymentTarget
-from training_assets.registry import (DEFAULT_MODEL_NAME, ModelRegistry, collect_lineage, promotion_verdict,
-                                      register_checkpoint)
+from training_assets.lineage import collect_lineage
+from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, promotion_verdict
 from training_assets.storage import write_json_atomic
-from training_assets.trainers import eval_hooks
-from training_assets.trainers.checkpoints import read_manifest
+from training_assets.trainers.manifest import read_manifest
 
-REGISTRY_CODE_VERSION = "registry-1"
+REGISTRY_CODE_VERSION = "registry-2"  # lineage from the files only (no Dagster-side data versions)
 CHECKPOINT = "merged_adapter"
 REPORT = "merged_eval_report"
 
@@ -28,41 +25,22 @@ class RegistryEntryConfig(dg.Config):
     model_name: str = Field(DEFAULT_MODEL_NAME, description="MLflow registered model that holds the role aliases.")
 
 
-def _dagster_versions(instance: dg.DagsterInstance, keys: list[str], batches: tuple[str, ...]) -> dict[str, str]:
-    """Latest data versions Dagster recorded for the upstream assets (and each trace partition)."""
-    versions = {}
-    for key in keys:
-        event = instance.get_latest_materialization_event(dg.AssetKey(key))
-        if event is not None and event.asset_materialization is not None:
-            versions[key] = event.asset_materialization.tags.get("dagster/data_version", "")
-    for batch in batches:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("raw_traces"), asset_partitions=[batch]), limit=1).records
-        if records and records[0].asset_materialization is not None:
-            versions[f"raw_traces[{batch}]"] = records[0].asset_materialization.tags.get("dagster/data_version", "")
-    return versions
-
-
 @dg.asset(deps=[REPORT, CHECKPOINT], group_name="registry", code_version=REGISTRY_CODE_VERSION, kinds={"mlflow"})
 def registry_entry(context: dg.AssetExecutionContext, config: RegistryEntryConfig, data_root: DataRoot,
                    mlflow: MlflowTracking) -> dg.MaterializeResult:
     """The merged adapter registered for its role in MLflow, with lineage back to the trace batches."""
     root = data_root.root()
     manifest = read_manifest(root, CHECKPOINT)
-    report = eval_hooks.load_eval_report(paths.asset_dir(REPORT, root))
+    report = evaluation.load_eval_report(paths.asset_dir(REPORT, root))
     ok, reason = promotion_verdict(report, manifest)
     if not ok:
         raise dg.Failure(description=f"not registering {CHECKPOINT}: {reason}")
     lineage = collect_lineage(root, CHECKPOINT, {"metrics": report["metrics"], "gate": report["gate"],
                                                   "eval_config": report.get("eval_config"),
-                                                  "report": str(paths.asset_dir(REPORT, root) / eval_hooks.REPORT_FILE)})
-    dagster_versions = _dagster_versions(context.instance, ["curated_corpus", "tokenizer", "sft_dataset", "preference_pairs",
-                                                            "grpo_groups", "pretrain_windows", REPORT],
-                                         lineage.trace_partitions)
-    lineage = replace(lineage, upstream_data_versions={**lineage.upstream_data_versions, **dagster_versions})
+                                                  "report": str(paths.asset_dir(REPORT, root) / evaluation.REPORT_FILE)})
     target = DeploymentTarget(config.role, config.served_model_name, config.base_url or None)
-    entry = register_checkpoint(ModelRegistry(mlflow.uri(root), config.model_name), paths.asset_dir(CHECKPOINT, root),
-                                target, checkpoint_id=f"{CHECKPOINT}-{manifest['data_version']}", lineage=lineage)
+    entry = ModelRegistry(mlflow.uri(root), config.model_name).register(
+        paths.asset_dir(CHECKPOINT, root), target, checkpoint_id=f"{CHECKPOINT}-{manifest.data_version}", lineage=lineage)
     out = write_json_atomic(paths.asset_dir("registry_entry", root) / "entry.json",
                             {k: v for k, v in entry.to_dict().items() if k != "note"})
     context.log.info(entry.note)
@@ -73,7 +51,7 @@ def registry_entry(context: dg.AssetExecutionContext, config: RegistryEntryConfi
             "checkpoint_id": entry.checkpoint_id, "checkpoint_uri": entry.checkpoint_uri, "what_happened": entry.note,
             "deployment": entry.deployment["status"],
             "serve_command": dg.MetadataValue.md(f"```\n{entry.deployment['serve_command']}\n```"),
-            "trace_partitions": md_table([{"batch_id": b} for b in lineage.trace_partitions]),
+            "trace_partitions": md_table([{"batch_id": b} for b in entry.lineage.trace_partitions]),
             "lineage": dg.MetadataValue.json(entry.to_dict()["lineage"]),
         },
         data_version=dg.DataVersion(f"{entry.checkpoint_id}-v{entry.version}"),

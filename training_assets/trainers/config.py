@@ -1,0 +1,206 @@
+"""The training run's configuration: ``TrainConfig`` with the ``PretrainSpec``, ``DpoSpec`` and ``GrpoSpec`` it nests.
+
+    TrainConfig(base_model="data/sft_checkpoint/runs/<id>/final", max_steps=100, lr=5e-5,
+                lora=LoraSpec(r=16, alpha=32), dpo=DpoSpec(beta=0.1, loss_type="ipo"))
+
+Pydantic models, frozen and closed (an unknown or misspelt field is an error, not ignored). Every
+field carries its help text; choice fields are ``Literal`` types, so the Dagster run configs built
+from these specs (``defs/training/config.py``) offer exactly these choices in the launchpad and
+reject a typo before launch. Defaults reproduce the seed's original behaviour: single-process
+fp32 AdamW at a constant learning rate. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from training_assets.peft_manager import LoraSpec
+
+Precision = Literal["fp32", "fp16", "bf16"]
+Distributed = Literal["none", "ddp", "fsdp", "deepspeed"]
+KernelBackend = Literal["torch", "numba"]
+Tracker = Literal["none", "mlflow", "wandb"]
+AttnImpl = Literal["eager", "sdpa", "flash_attention_2"]
+# transformers.get_scheduler names this loop drives (reduce_lr_on_plateau needs a metric: not offered)
+LrScheduler = Literal["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial",
+                      "inverse_sqrt"]
+Rollout = Literal["local", "vllm", "dataset", "mixed"]
+DpoLossType = Literal["sigmoid", "ipo", "hinge"]
+GrpoLossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "la_grpo"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class PretrainSpec(BaseModel):
+    """A random-init decoder (Llama / Qwen2 style) built with ``AutoConfig.for_model`` → ``from_config``.
+
+    Defaults are a ~0.3M-parameter toy that trains in seconds on 2 CPU cores.
+    """
+
+    model_config = _FROZEN
+
+    model_type: str = Field("qwen2", description="AutoConfig model type: qwen2 or llama (any decoder with these fields).")
+    hidden_size: int = Field(64, gt=0, description="Width of the residual stream.")
+    num_hidden_layers: int = Field(2, gt=0, description="Decoder layers.")
+    num_attention_heads: int = Field(4, gt=0, description="Query heads.")
+    num_key_value_heads: int = Field(2, gt=0, description="Key/value heads (grouped-query attention): divides the query heads.")
+    intermediate_size: int = Field(128, gt=0, description="SwiGLU MLP width.")
+    max_position_embeddings: int = Field(512, gt=0, description="Longest sequence the rotary embedding is set up for.")
+    vocab_size: int | None = Field(None, description="None = the tokenizer's length.")
+    tie_word_embeddings: bool = Field(True, description="Share the input embedding with the LM head.")
+    rope_theta: float = Field(10000.0, gt=0, description="Rotary embedding base.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> PretrainSpec:
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"PretrainSpec: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
+                             f"({self.hidden_size}) and num_key_value_heads ({self.num_key_value_heads}) must divide it")
+        return self
+
+    def config_kwargs(self, vocab_size: int) -> dict[str, Any]:
+        kw = self.model_dump(exclude={"model_type", "vocab_size", "rope_theta"})
+        kw["vocab_size"] = self.vocab_size or vocab_size
+        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        return kw
+
+    def n_params(self, vocab_size: int) -> int:
+        """Parameter count of the decoder (embeddings, attention with GQA, SwiGLU MLP, RMSNorms)."""
+        h, v = self.hidden_size, self.vocab_size or vocab_size
+        head = h // self.num_attention_heads
+        kv = self.num_key_value_heads * head
+        attn = h * h + 2 * h * kv + h * h + (h + 2 * kv if self.model_type == "qwen2" else 0)  # qwen2 has qkv bias
+        mlp = 3 * h * self.intermediate_size
+        per_layer = attn + mlp + 2 * h
+        embed = v * h * (1 if self.tie_word_embeddings else 2)
+        return embed + self.num_hidden_layers * per_layer + h
+
+
+class DpoSpec(BaseModel):
+    """Direct Preference Optimisation (Rafailov et al. 2023, arXiv:2305.18290)."""
+
+    model_config = _FROZEN
+
+    beta: float = Field(0.1, gt=0, description="Inverse temperature on the policy/reference log-ratio margin.")
+    loss_type: DpoLossType = Field("sigmoid", description="sigmoid (DPO), ipo (Azar et al. 2023) or hinge (SLiC).")
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5, description=(
+        "cDPO: the assumed probability that a preference label is flipped (sigmoid loss only)."))
+    precompute_ref_logps: bool = Field(True, description=(
+        "Compute the reference log-probs once before training (no second model in memory); "
+        "otherwise the reference runs every step."))
+
+
+class GrpoSpec(BaseModel):
+    """Group Relative Policy Optimisation (Shao et al. 2024, arXiv:2402.03300); rollout sources in trainers/grpo.py."""
+
+    model_config = _FROZEN
+
+    rollout: Rollout = Field("local", description=(
+        "Where each group's rollouts come from. local: the policy's own samples (generate); vllm: the policy's "
+        "samples from a vLLM server at vllm_base_url; dataset: the logged attempts of each grpo_groups row with "
+        "their stored advantages; mixed: the logged attempts (stored rewards) plus num_generations local samples "
+        "in one group, advantages over the whole group (LUFFY, arXiv:2504.14945)."))
+    vllm_base_url: str | None = Field(None, description="OpenAI-compatible vLLM server for rollout=vllm, e.g. http://host:8000.")
+    num_generations: int = Field(4, gt=0, description="Completions sampled per prompt (the group size of local/vllm rollouts).")
+    max_new_tokens: int = Field(32, gt=0, description="Generated tokens per sampled completion.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts.")
+    epsilon_low: float = Field(0.2, ge=0, description="Clip range below 1 for the importance ratio.")
+    epsilon_high: float = Field(0.2, ge=0, description="Clip range above 1 (DAPO's clip-higher uses e.g. 0.28).")
+    kl_beta: float = Field(0.0, ge=0, description="Weight of the k3 KL to the reference policy (0: no reference forward).")
+    loss_type: GrpoLossType = Field("dapo", description=(
+        "Token aggregation: grpo (per-sequence mean), bnpo, dr_grpo, dapo (token-level), or la_grpo "
+        "(Local-Advantage GRPO: only tokens from each group's first divergence on carry the advantage)."))
+    reward_weights: dict[str, float] | None = Field(None, description=(
+        "Reward components -> weights for sampled completions (None: answer, tool_json, efficiency, length)."))
+
+    @model_validator(mode="after")
+    def _vllm_needs_url(self) -> GrpoSpec:
+        if self.rollout == "vllm" and not self.vllm_base_url:
+            raise ValueError("GrpoSpec: rollout='vllm' needs vllm_base_url (e.g. http://host:8000)")
+        return self
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run needs. Defaults: plain single-process fp32 AdamW at a constant learning rate."""
+
+    model_config = _FROZEN
+
+    base_model: str | None = Field(None, description="HF model dir to start from; None = random init from `pretrain`.")
+    tokenizer: str | None = Field(None, description="HF tokenizer dir; None = the base_model dir (or an injected tokenizer).")
+    output_dir: str = Field("checkpoints/run", description="Periodic checkpoints (checkpoint-<step>/) and the final model (final/).")
+    epochs: int = Field(1, ge=0, description="Passes over the data (ignored when max_steps > 0).")
+    max_steps: int = Field(-1, description="Optimizer steps; > 0 overrides epochs.")
+    batch_size: int = Field(8, gt=0, description="Examples per micro-batch per process (GRPO: prompts per micro-batch).")
+    lr: float = Field(2e-4, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled (AdamW) weight decay.")
+    adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW moment decay rates.")
+    max_seq_len: int = Field(512, gt=0, description="Longer examples are truncated (from the right).")
+    precision: Precision = Field("fp32", description="fp32, bf16 (autocast) or fp16 (autocast + GradScaler).")
+    grad_accum: int = Field(1, gt=0, description="Micro-batches per optimizer step.")
+    max_grad_norm: float = Field(1.0, description="Global L2 gradient clip; <= 0 disables clipping.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps (schedulers other than constant).")
+    lr_scheduler: LrScheduler = Field("constant", description="transformers.get_scheduler schedule after the warm-up.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (memory for compute).")
+    attn_impl: AttnImpl = Field("sdpa", description="Attention kernel passed to from_pretrained/from_config (flash_attention_2: CUDA).")
+    use_liger: bool = Field(False, description="Liger fused Triton kernels (CUDA, liger-kernel installed); an error otherwise.")
+    packing: bool = Field(False, description="SFT: pack several examples per row with per-document position ids.")
+    save_steps: int = Field(0, ge=0, description="Checkpoint every N optimizer steps; 0 = only at the end.")
+    save_total_limit: int = Field(2, description="Keep this many newest checkpoint-<step>/ dirs; <= 0 keeps all.")
+    resume_from: str | None = Field(None, description='None, "auto" (newest checkpoint in output_dir, if any) or a checkpoint dir.')
+    distributed: Distributed = Field("none", description=(
+        "none, ddp, fsdp or deepspeed: one process per device, started by a launcher (launch.build_launch_command)."))
+    tracker: Tracker = Field("none", description="Experiment tracking: none, mlflow or wandb (offline without an API key).")
+    tracking_uri: str | None = Field(None, description="MLflow URI; None = $MLFLOW_TRACKING_URI or a SQLite store.")
+    run_name: str | None = Field(None, description="Tracker run name.")
+    tracker_tags: dict[str, str] | None = Field(None, description="Extra tags on the tracker run (e.g. the Dagster run id).")
+    lora: LoraSpec | None = Field(None, description="Train a LoRA adapter instead of all weights.")
+    pretrain: PretrainSpec = Field(default_factory=PretrainSpec, description="Architecture when base_model is None.")
+    dpo: DpoSpec = Field(default_factory=DpoSpec, description="DPO options.")
+    grpo: GrpoSpec = Field(default_factory=GrpoSpec, description="GRPO options.")
+    seed: int = Field(0, description="Seeds init, data order (per epoch) and dropout/sampling RNGs.")
+    torch_threads: int = Field(0, ge=0, description="Intra-op CPU threads; 0 = torch's default (one per core).")
+    kernel_backend: KernelBackend = Field("torch", description="Loss kernels and AdamW: torch, or the Numba kernels.")
+    log_steps: int = Field(1, gt=0, description="Log loss / tokens/s / ETA every N steps.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise ValueError("TrainConfig: set epochs > 0 or max_steps > 0")
+        if self.lr_scheduler == "constant" and self.warmup_steps > 0:
+            raise ValueError(f"TrainConfig: lr_scheduler='constant' ignores warmup_steps={self.warmup_steps}; "
+                             "use lr_scheduler='constant_with_warmup' (or another schedule)")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (tuples as lists) that ``from_dict`` reads back to an equal config."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        return validated(cls, data)
+
+    def with_(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` applied, validated like a new config."""
+        return validated(type(self), {**self.model_dump(), **changes})
+
+
+def validated(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """``cls.model_validate(data)`` with one line per problem naming the field and what is allowed."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                problems.append(f"{cls.__name__}: unknown field {where!r} (fields: {', '.join(cls.model_fields)})")
+            else:
+                message = err["msg"].removeprefix("Value error, ")
+                problems.append(f"{cls.__name__}.{where}: {message}" if where else message)
+        raise ValueError("; ".join(problems)) from None
+
+
+def choices(literal: Any) -> tuple[str, ...]:
+    """The values of a ``Literal`` type, e.g. ``choices(DpoLossType) == ("sigmoid", "ipo", "hinge")``."""
+    return get_args(literal)
