@@ -81,15 +81,21 @@ def trained_trace_batches(root: str | os.PathLike[str] | None,
                           manifests: Mapping[str, CheckpointManifest]) -> tuple[str, ...]:
     """The raw_traces batches behind the examples the checkpoints in ``manifests`` trained on (sorted).
 
-    The one place trace-batch lineage is decided. Today: the batch ids of the curated corpus rows
-    (the corpus feeds the tokenizer and the pretrain windows). Each manifest records the dataset
-    and row limit it trained on (``manifest.examples``), which is what a per-dataset answer
-    (the batches of the rows actually used) takes.
+    The one place trace-batch lineage is decided. Each manifest records the dataset and the row
+    limit it trained on (``manifest.examples``); every dataset row carries the batches it came
+    from (``source_batches``), so the answer is the batches of the rows actually used — a batch
+    whose traces were all dropped, or that only reached rows past the limit, is not named. A
+    checkpoint trained on in-memory examples (``training_pipeline``) names no dataset and adds
+    nothing; a merge adds nothing of its own (its sources are in the chain).
     """
-    from training_assets.data_engine import load_curated_corpus
+    from training_assets.training_data import contributing_batches
 
-    batches = load_curated_corpus(root).column("batch_id").to_pylist()
-    return tuple(sorted({b for b in batches if b}))
+    batches: set[str] = set()
+    for manifest in manifests.values():
+        source = manifest.examples or {}
+        if source.get("dataset"):
+            batches.update(contributing_batches(source["dataset"], source.get("root") or root, source.get("limit")))
+    return tuple(sorted(batches))
 
 
 def collect_lineage(root: str | os.PathLike[str] | None, checkpoint_asset: str,

@@ -74,7 +74,7 @@ def tiny_checkpoints(tmp_path_factory):
 
 
 def write_manifest(root, asset_key, kind, checkpoint_dir, base_model_dir, tokenizer_dir, data_versions=None,
-                   run_id="mlflow-run-1", data_version=None):
+                   run_id="mlflow-run-1", data_version=None, examples=None):
     """Write a checkpoint manifest through the manifest module, as the trainers do."""
     from training_assets.trainers.manifest import CheckpointManifest, TrainSummary, write_asset_manifest
 
@@ -83,7 +83,7 @@ def write_manifest(root, asset_key, kind, checkpoint_dir, base_model_dir, tokeni
         base_model_dir=str(base_model_dir) if base_model_dir else None, tokenizer_dir=str(tokenizer_dir),
         data_version=data_version or f"dv-{asset_key}", data_versions=data_versions or {"sft_dataset": "v-sft"},
         train=TrainSummary(steps=3, final_loss=5.0), config={"lr": 1e-3}, tracker="mlflow", tracker_run_id=run_id,
-        dagster_run_id="dagster-run-1")
+        dagster_run_id="dagster-run-1", examples=examples or {})
     write_asset_manifest(root, manifest)
     return manifest
 
@@ -98,6 +98,7 @@ def upstream(data_root, tiny_checkpoints):
 
     from training_assets.data_engine import corpus
     from training_assets.storage import write_json_atomic, write_parquet
+    from training_assets.training_data import io as training_io
 
     folder = data_root / corpus.CORPUS_ASSET
     folder.mkdir()
@@ -107,6 +108,18 @@ def upstream(data_root, tiny_checkpoints):
     write_parquet(folder / corpus.CORPUS_FILE, pa.Table.from_pylist(rows, schema=corpus.CORPUS_SCHEMA))
     write_json_atomic(folder / corpus.VERSION_FILE, {"id": "corpus-v1"})
     shutil.copytree(tiny_checkpoints["tokenizer"], data_root / "tokenizer")
+    # each dataset's rows name the batches they came from; traces-0003-cc only reaches rows past the
+    # SFT run's limit and the last GRPO group's, so nothing the model trained on came from it
+    sources = {"pretrain_windows": [["traces-0001-aa"], ["traces-0001-aa", "traces-0002-bb"]],
+               "sft_dataset": [["traces-0001-aa"], ["traces-0003-cc"]],
+               "preference_pairs": [["traces-0002-bb", "traces-0001-aa"]],
+               "grpo_groups": [["traces-0002-bb"]]}
+    for name, batches in sources.items():
+        schema = training_io.SCHEMAS[name]
+        rows = [{f.name: [] if pa.types.is_list(f.type) else None for f in schema} | {"id": f"{name}-{i}", "source_batches": b}
+                for i, b in enumerate(batches)]
+        training_io.write_dataset(name, training_io.rows_to_table(name, rows), {"fixture": name}, {}, data_root)
+    limits = {"sft_dataset": 1}
     base, adapter, tok = tiny_checkpoints["base"], tiny_checkpoints["adapter"], tiny_checkpoints["tokenizer"]
     chain = {
         "base_checkpoint": ("full", base, None, {"tokenizer": "tok-1", "pretrain_windows": "pw-1"}),
@@ -116,7 +129,9 @@ def upstream(data_root, tiny_checkpoints):
         "merged_adapter": ("adapter", adapter, base, {"dpo_checkpoint": "dv-dpo_checkpoint", "grpo_checkpoint": "dv-grpo_checkpoint"}),
     }
     for key, (kind, ckpt, base_dir, versions) in chain.items():
-        write_manifest(data_root, key, kind, ckpt, base_dir, tok, versions, run_id=f"mlflow-{key}")
+        dataset = next((d for d in versions if d in sources), None)
+        examples = {"dataset": dataset, "root": str(data_root), "limit": limits.get(dataset)} if dataset else {}
+        write_manifest(data_root, key, kind, ckpt, base_dir, tok, versions, run_id=f"mlflow-{key}", examples=examples)
     return data_root
 
 

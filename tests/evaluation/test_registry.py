@@ -109,8 +109,12 @@ def test_bad_role_or_checkpoint_id_is_refused_before_anything_happens(registry, 
 
 
 def test_lineage_answers_which_traces_trained_the_model(upstream, registry):
+    """Exactly the batches behind the rows each checkpoint of the chain trained on: traces-0003-cc
+    reached only an SFT row past the run's example limit, so it is not named."""
     lineage = collect_lineage(upstream, "merged_adapter", {"metrics": {"pass_rate": 0.5}})
     assert lineage.trace_partitions == ("traces-0001-aa", "traces-0002-bb")
+    sft_only = collect_lineage(upstream, "sft_checkpoint")
+    assert sft_only.trace_partitions == ("traces-0001-aa", "traces-0002-bb")  # its base trained on windows of both
     assert lineage.corpus_version == "corpus-v1" and len(lineage.tokenizer_hash) >= 16
     assert lineage.dataset_versions == {"grpo_groups": "gg-1", "preference_pairs": "pp-1", "pretrain_windows": "pw-1",
                                         "sft_dataset": "sft-1"}
