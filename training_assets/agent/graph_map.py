@@ -82,7 +82,7 @@ def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
     """``{"lora": {"r": 8}}`` -> ``{"lora_r": 8}``; other keys unchanged."""
     out: dict[str, Any] = {}
     for key, value in config.items():
-        if isinstance(value, Mapping) and any((key, inner) in TRAIN_ALIASES for inner in value):
+        if isinstance(value, Mapping) and key in {outer for outer, _ in TRAIN_ALIASES}:
             for inner, v in value.items():
                 if (key, inner) not in TRAIN_ALIASES:
                     raise ToolInputError(f"config.{key}.{inner}", f"unknown field; {key} takes "

@@ -121,7 +121,7 @@ def _reward_preview(completions: list[ScoredCompletion] | None, weights: dict[st
     from training_assets.training_data import rewards
 
     try:  # scoring nothing validates the weights and returns them as the reward engine uses them
-        checked = rewards.score_reward([], weights).weights
+        checked = rewards.score_reward([], weights, success=[], expected_answer=[]).weights
     except ValueError as exc:
         raise ToolInputError("config.reward_weights", str(exc)) from None
     out: dict[str, Any] = {"weights": checked, "components": sorted(rewards.REWARD_COMPONENTS)}
