@@ -105,6 +105,22 @@ def test_get_run_and_the_registry_tools_read_back_what_the_workflow_did(trained)
                                                                if a["stale_status"] != "FRESH"]
     rollback = call(server, "rollback_role", {"role": "generator"})
     assert "only version 1" in error_text(rollback), "a single version has nothing to roll back to"
+    report_text, registry_text, catalog_text = read_resources(server, ["training-assets://eval-reports/merged_eval_report",
+                                                                       "training-assets://registry",
+                                                                       "training-assets://assets"])
+    assert json.loads(report_text)["gate"]["passed"] is True
+    assert json.loads(registry_text)["versions"][0]["version"] == 1
+    assert len(json.loads(catalog_text)["assets"]) == len(assets)
+
+
+def read_resources(server, uris):
+    from mcp import Client
+
+    async def main():
+        async with Client(server) as client:
+            return [(await client.read_resource(u)).contents[0].text for u in uris]
+
+    return anyio.run(main)
 
 
 def test_a_workflow_whose_sft_gate_is_impossibly_high_stops_at_that_gate_and_registers_nothing(trained):

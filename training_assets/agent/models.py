@@ -117,7 +117,6 @@ class RunReport(BaseModel):
     checks: list[CheckResult] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)
     registry_version: int | None = None
-    workflow: WorkflowReport | None = Field(None, description="Set when run_id is a workflow id (wf-...).")
 
 
 class ActionResult(BaseModel):
@@ -251,4 +250,7 @@ class WorkflowReport(BaseModel):
     next_step: str = ""
 
 
-RunReport.model_rebuild()
+class RunLookup(RunReport):
+    """What ``get_run`` answers: a Dagster run, or a workflow (``run_id`` wf-...) with its report."""
+
+    workflow: WorkflowReport | None = Field(None, description="Set when run_id is a workflow id (wf-...).")

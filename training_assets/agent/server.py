@@ -11,17 +11,20 @@ thread once the server is serving, and on the first tool call that needs them ot
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
+import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from training_assets.agent import personas
 from training_assets.agent.runtime import Runtime
@@ -53,18 +56,32 @@ def _validation_line(tool: str, error: ValidationError) -> str:
     return f"{field}: {err['msg']}{got}; fix it and call {tool} again"
 
 
+@functools.lru_cache(maxsize=None)
+def _output_schema(model: type) -> dict[str, Any]:
+    return TypeAdapter(model).json_schema()
+
+
+def _sdk_tool(name: str) -> Tool:
+    """The SDK's Tool for one of ours, its output schema computed once per output model: fourteen
+    tools return ActionResult, and deriving that schema per tool was most of the server's start-up
+    (FuncMetadata reads ``output_model`` / ``output_schema`` live, so setting them is supported)."""
+    spec = TOOLS[name]
+    tool = Tool.from_function(spec.fn, name=name, title=spec.title, annotations=_annotations(spec.kind, spec.title),
+                              structured_output=False)
+    model = typing.get_type_hints(spec.fn)["return"]
+    tool.fn_metadata.output_model = model
+    tool.fn_metadata.output_schema = _output_schema(model)
+    return tool
+
+
 class TrainingAssetsServer(MCPServer):
     """An MCPServer that refuses other personas' tools and reports bad arguments in one line."""
 
     def __init__(self, runtime: Runtime, tool_names: tuple[str, ...], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(tools=[_sdk_tool(n) for n in tool_names], **kwargs)
         self.runtime = runtime
         self.exposed = tool_names
-        self._params: dict[str, set[str]] = {}
-        for name in tool_names:
-            spec = TOOLS[name]
-            self.add_tool(spec.fn, name=name, title=spec.title, annotations=_annotations(spec.kind, spec.title))
-            self._params[name] = {p for p in inspect.signature(spec.fn).parameters if p != "ctx"}
+        self._params = {n: {p for p in inspect.signature(TOOLS[n].fn).parameters if p != "ctx"} for n in tool_names}
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         if name not in self.exposed:
@@ -118,10 +135,10 @@ def _register_resources(server: TrainingAssetsServer) -> None:
         from training_assets.agent.graph_map import EVAL_REPORTS
 
         if report not in EVAL_REPORTS.values():
-            raise ValueError(f"unknown eval report {report!r}; one of {sorted(EVAL_REPORTS.values())}")
+            raise ResourceError(f"unknown eval report {report!r}; one of {sorted(EVAL_REPORTS.values())}")
         path = rt.root / report / "report.json"
         if not path.is_file():
-            raise ValueError(f"{report} was never materialised (evaluate_checkpoint materialises it)")
+            raise ResourceError(f"{report} was never materialised (evaluate_checkpoint materialises it)")
         return path.read_text(encoding="utf-8")
 
     @server.resource("training-assets://registry", name="registry_versions", mime_type="application/json",

@@ -14,6 +14,7 @@ token is configured in ``$TRAINING_ASSETS_MCP_TOKEN``; when one is, every reques
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from training_assets.agent.http import TOKEN_ENV, is_loopback
@@ -39,6 +40,8 @@ def _mcp(args: argparse.Namespace) -> int:
         return 0
     from training_assets.agent.server import build_server
 
+    # Dagster's SQLite storage logs every schema check at INFO; on stdio that all lands on stderr
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     server = build_server(persona=args.persona, dagster_url=args.dagster_url)
     if args.transport == "stdio":
         server.run("stdio")

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from training_assets.agent import workflow_driver
 from training_assets.agent.errors import ToolInputError
-from training_assets.agent.models import AssetList, AssetState, CancelResult, CheckResult, RunReport, WorkflowReport
+from training_assets.agent.models import AssetList, AssetState, CancelResult, CheckResult, RunLookup, WorkflowReport
 from training_assets.agent.runs import TERMINAL, run_report
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.actions import wait_runs
@@ -48,7 +48,7 @@ async def list_assets(ctx: Context,
     return await blocking(_list, runtime(ctx), keys, group)
 
 
-def _workflow(rt: Runtime, workflow_id: str) -> RunReport:
+def _workflow(rt: Runtime, workflow_id: str) -> RunLookup:
     report = workflow_driver.read_report(rt.root, workflow_id)
     if report is None:
         raise ToolInputError("run_id", f"no workflow {workflow_id!r} under {rt.root / 'workflows'}; "
@@ -57,19 +57,19 @@ def _workflow(rt: Runtime, workflow_id: str) -> RunReport:
     if current is not None:
         report.current_run = run_report(rt.backend, current)
     status = {"PLANNED": "NOT_STARTED", "RUNNING": "STARTED", "SUCCESS": "SUCCESS", "CANCELED": "CANCELED"}
-    return RunReport(run_id=workflow_id, status=status.get(report.status, "FAILURE"), workflow=report,
+    return RunLookup(run_id=workflow_id, status=status.get(report.status, "FAILURE"), workflow=report,
                      registry_version=report.registry_version,
                      failures=[report.reason] if report.status not in ("RUNNING", "SUCCESS") and report.reason else [])
 
 
-def _run(rt: Runtime, run_id: str, max_lines: int) -> RunReport:
+def _run(rt: Runtime, run_id: str, max_lines: int) -> RunLookup:
     if run_id.startswith("wf-"):
         return _workflow(rt, run_id)
     report = run_report(rt.backend, run_id, max_lines)
     if report is None:
         raise ToolInputError("run_id", f"no run {run_id!r} in {rt.where()}; pass a run_id a tool returned "
                                        "(list_assets shows each asset's last run)")
-    return report
+    return RunLookup(**report.model_dump())
 
 
 @tool("read", "A run's status, logs, metrics and outputs")
@@ -77,7 +77,7 @@ async def get_run(ctx: Context, run_id: RunIdArg,
                   wait_s: Annotated[float, Field(ge=0, le=7200, description=(
                       "Wait up to this long for the run to finish, with progress notifications; 0: answer now."))] = 0,
                   max_log_lines: Annotated[int, Field(ge=1, le=500, description="Log lines to return.")] = 20
-                  ) -> RunReport:
+                  ) -> RunLookup:
     """A Dagster run: status in Dagster's words (QUEUED, STARTED, SUCCESS, FAILURE, CANCELED, ...), the
     last log lines, training step metrics (loss, tokens/s, ETA), check results and, when done, the
     outputs (checkpoint URI, report, registry version). A workflow id gives the workflow's report."""
@@ -91,7 +91,7 @@ async def get_run(ctx: Context, run_id: RunIdArg,
     return report
 
 
-async def wait_workflow(ctx: Context, rt: Runtime, workflow_id: str, wait_s: float) -> RunReport:
+async def wait_workflow(ctx: Context, rt: Runtime, workflow_id: str, wait_s: float) -> RunLookup:
     """Wait for a workflow, one progress unit per stage (plus the current run's step fraction)."""
     import time
 
