@@ -183,7 +183,10 @@ async def run_agent(workflow_name: str, endpoint: ChatEndpoint, task: dict[str, 
     report = AgentRunReport(workflow=workflow_name, status="SUCCESS", stages=[])
     for stage in workflow.resolve_stages(spec, parsed):
         log(f"stage {stage.name} ({stage.owner})")
-        record = await _drive_stage(endpoint, backend, spec, stage, parsed, max_turns)
+        try:
+            record = await _drive_stage(endpoint, backend, spec, stage, parsed, max_turns)
+        except BaseExceptionGroup as group:  # the MCP session's task group wraps what the loop raised
+            raise _first_leaf(group) from None
         report.stages.append(record)
         for call in record.calls:
             log(f"  {call.tool}: {'refused/error: ' if call.is_error else ''}{call.result[:200]}")
@@ -195,6 +198,13 @@ async def run_agent(workflow_name: str, endpoint: ChatEndpoint, task: dict[str, 
             log(f"stopped: {report.reason}")
             break
     return report
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 def api_key_from_env(var: str | None) -> str | None:

@@ -155,7 +155,8 @@ class GraphQLRuns:
                      "last_materialized_at": _iso(latest["timestamp"]) if latest else None,
                      "data_version": node.get("dataVersion"), "metadata": _metadata(latest["metadataEntries"]) if latest else {},
                      "partitions": None, "checks": checks, "stale_status": node.get("staleStatus") or "MISSING",
-                     "stale_causes": [f"{_key(c['key'])}: {c['reason']}" for c in node.get("staleCauses") or []]}
+                     "stale_causes": [f"{_key(c['key'])}: {c['reason']}" + (f" ({_key(c['dependency'])})"
+                                      if c.get("dependency") else "") for c in node.get("staleCauses") or []]}
             if node["isPartitioned"]:
                 known = node.get("partitionKeys") or []
                 done = set((node.get("assetPartitionStatuses") or {}).get("materializedPartitions") or [])

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from training_assets.agent import graph_map
-from training_assets.agent.errors import AgentError, ToolInputError
+from training_assets.agent.errors import ToolInputError
 from training_assets.agent.models import GateVerdict, StageReport, Task, WorkflowReport
 from training_assets.agent.planning import decide, pending_inbox_batches, training_plan
 
@@ -149,7 +149,8 @@ def check_merge_inputs(task: Task, states: dict[str, Any]) -> None:
                                                f"train and was never materialised; add {kind!r} to task.align")
 
 
-def gate_thresholds(report: str, effective: dict[str, Any]) -> dict[str, Any]:
+def gate_thresholds(effective: dict[str, Any]) -> dict[str, Any]:
+    """The eval report's gate thresholds out of its effective config."""
     names = ("min_pass_rate", "min_category_pass_rate", "max_bpb_vs_uniform", "max_bits_per_byte", "max_regression")
     return {k: effective[k] for k in names if k in effective}
 
@@ -189,14 +190,7 @@ def plan_workflow(spec: WorkflowSpec, task: Task, backend: Any, root: Path) -> W
         for gate in stage.gates:
             effective = graph_map.effective_config(gate.asset, task.config.get(gate.asset, {}), graph)
             report.gates.append(GateVerdict(report=gate.asset, check=gate.check, passed=None,
-                                            thresholds=gate_thresholds(gate.asset, effective)))
+                                            thresholds=gate_thresholds(effective)))
         stages.append(report)
     return WorkflowReport(name=spec.name, executed=False, status="PLANNED", task=task, stages=stages,
                           estimated_steps=steps)
-
-
-def stage_by_name(spec: WorkflowSpec, task: Task, name: str) -> ResolvedStage:
-    for stage in resolve_stages(spec, task):
-        if stage.name == name:
-            return stage
-    raise AgentError(f"workflow {spec.name} has no stage {name!r}")

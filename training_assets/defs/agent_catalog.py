@@ -134,6 +134,12 @@ def _stale_resolver(instance: dg.DagsterInstance, graph: Any) -> Any:
     return CachingStaleStatusResolver(instance, graph, _Loading(instance))
 
 
+def _cause(cause: Any) -> str:
+    """``<asset>: <reason> (<dependency>)``, e.g. ``dpo_checkpoint: has a new dependency data version (preference_pairs)``."""
+    dependency = f" ({cause.dependency.asset_key.to_user_string()})" if cause.dependency is not None else ""
+    return f"{cause.key.asset_key.to_user_string()}: {cause.reason}{dependency}"
+
+
 def _check_state(instance: dg.DagsterInstance, key: dg.AssetKey, name: str) -> dict[str, Any]:
     record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(key, name))
     if record is None:
@@ -181,8 +187,7 @@ def asset_states(keys: Iterable[str] | None = None, instance: dg.DagsterInstance
             state["stale_causes"] = [f"{len(missing)} partition(s) not materialised"] if missing else []
         else:
             state["stale_status"] = resolver.get_status(key).value
-            state["stale_causes"] = [f"{c.key.asset_key.to_user_string()}: {c.reason}"
-                                     for c in resolver.get_stale_causes(key)]
+            state["stale_causes"] = [_cause(c) for c in resolver.get_stale_causes(key)]
         out[name] = state
     return out
 

@@ -82,7 +82,7 @@ def plan_action(rt: Runtime, tool: str, config: dict[str, Any] | None, assets: t
         config_fields=_config_fields(tool, assets, graph))
     partitioned = [a for a in in_scope if graph[a]["partitioned"]]
     if partitioned:
-        info = states["raw_traces"].get("partitions") or {} if "raw_traces" in states else {}
+        info = (states["raw_traces"].get("partitions") or {}) if "raw_traces" in states else {}
         pending = pending_inbox_batches(rt.root, info.get("known", []))
         missing = sorted({m for a in partitioned for m in (states[a].get("partitions") or {}).get("missing", [])})
         result.details["trace_batches"] = {"known": info.get("total", 0), "not_ingested": missing,
