@@ -22,7 +22,10 @@ from tests.agent.conftest import BIN, REPO, call, error_text, free_port, instanc
 from training_assets.agent.server import build_server
 
 LAUNCHED_BY = "training_assets/launched_by"
-IMPOSSIBLE_SFT_GATE = {"sft_eval_report": {"max_bpb_vs_uniform": 0.01}}  # 1% of a uniform guess's bits per byte
+# The demo's config, with the lm-eval tasks cut to 10 examples each (the evals' cost on CPU).
+TASK = {"config": {"sft_eval_report": {"benchmark_limit": 10}, "merged_eval_report": {"benchmark_limit": 10}}}
+# 1% of a uniform guess's bits per byte: no model reaches it
+IMPOSSIBLE_SFT_GATE = {"sft_eval_report": {"max_bpb_vs_uniform": 0.01, "benchmark_limit": 5}}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def trained(tmp_path_factory):
         write_samples(root)
         server = build_server(persona="ml_orchestrator")
         before, runs_before = snapshot(root), instance_runs(home)
-        plan = call(server, "execute_workflow", {"name": "train_model"})
+        plan = call(server, "execute_workflow", {"name": "train_model", "task": TASK})
         after_plan, runs_after_plan = snapshot(root), instance_runs(home)
         progress: list[tuple[float, float | None, str | None]] = []
 
@@ -45,8 +48,8 @@ def trained(tmp_path_factory):
             progress.append((value, total, message))
 
         started = time.monotonic()
-        result = call(server, "execute_workflow", {"name": "train_model", "options": {"execute": True, "wait_s": 1800}},
-                      progress=on_progress)
+        result = call(server, "execute_workflow", {"name": "train_model", "task": TASK,
+                                                   "options": {"execute": True, "wait_s": 1800}}, progress=on_progress)
         yield {"home": home, "root": root, "server": server, "plan": plan, "before": before, "after_plan": after_plan,
                "runs_before": runs_before, "runs_after_plan": runs_after_plan, "result": result, "progress": progress,
                "elapsed_s": time.monotonic() - started}
@@ -180,8 +183,9 @@ def test_the_agent_loop_drives_each_persona_with_its_own_tools_and_stops_at_a_fa
         "curate": [tool_call(1, "curate_corpus", {}), {"content": "corpus is fresh"}],
         "train": [tool_call(2, "register_model", {"options": {"execute": True}}),
                   tool_call(3, "train_sft", {}), {"content": "sft is fresh"}],
-        "eval": [tool_call(4, "evaluate_checkpoint", {"checkpoint": "sft_checkpoint", "config": IMPOSSIBLE_SFT_GATE[
-                     "sft_eval_report"], "options": {"execute": True, "wait_s": 600}}),
+        "eval": [tool_call(4, "evaluate_checkpoint", {"checkpoint": "sft_checkpoint",
+                                                      "config": {"min_pass_rate": 1.0, "benchmark_tasks": []},
+                                                      "options": {"execute": True, "wait_s": 600}}),
                  {"content": "the gate failed"}],
         "align": [tool_call(5, "train_dpo", {"options": {"execute": True}})],
     })
@@ -191,7 +195,8 @@ def test_the_agent_loop_drives_each_persona_with_its_own_tools_and_stops_at_a_fa
         model.httpd.shutdown()
     stages = {s.name: s for s in report.stages}
     assert report.status == "STOPPED_AT_GATE" and report.stopped_at.startswith("eval")
-    assert "bpb_vs_uniform" in report.reason and list(stages)[-1] == "eval", "no stage after the failed gate ran"
+    assert "pass_rate" in report.reason and "< min 1.000" in report.reason and list(stages)[-1] == "eval", \
+        "no stage after the failed gate ran"
     asked = {r["messages"][1]["content"].split("stage ", 1)[1].split(".", 1)[0] for r in model.requests}
     assert "align" not in asked
     for request in model.requests:
@@ -205,7 +210,7 @@ def test_the_agent_loop_drives_each_persona_with_its_own_tools_and_stops_at_a_fa
     assert planned.tool == "train_sft" and not planned.is_error and planned.structured["executed"] is False
     assert stages["curate"].calls[0].structured["targets"] == ["curated_corpus"]
     verdict = stages["eval"].gates[0]
-    assert verdict.passed is False and any("> max 0.01" in r for r in verdict.reasons)
+    assert verdict.passed is False and any("< min 1.000" in r for r in verdict.reasons)
     assert [v["version"] for v in call(trained["server"], "registry_list", {}).structured_content["versions"]] == [1]
 
 
@@ -281,3 +286,22 @@ def test_with_dagster_url_runs_go_through_a_real_webserver(trained, webserver):
     assert states["preference_pairs"]["run_id"] == done["run_id"]
     assert states["dpo_checkpoint"]["stale_status"] == "STALE" and states["dpo_checkpoint"]["stale_causes"]
     assert "no run" in error_text(call(server, "get_run", {"run_id": "not-a-run"}))
+
+
+def test_rollback_role_plans_then_moves_the_role_back(trained):
+    from training_assets.deploy import DeploymentTarget
+    from training_assets.registry import ModelRegistry, register_checkpoint
+
+    root = trained["root"]
+    registry = ModelRegistry(f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
+    second = register_checkpoint(registry, root / "merged_adapter", DeploymentTarget("generator", "agent-generator"),
+                                 checkpoint_id="merged_adapter-second-registration")
+    assert second.version == 2
+    server = build_server(persona="ml_orchestrator")
+    plan = call(server, "rollback_role", {"role": "generator"}).structured_content
+    assert (plan["executed"], plan["from_version"], plan["to_version"]) == (False, 2, 1)
+    assert registry.pick_for_role("generator").version == 2, "a plan moves nothing"
+    done = call(server, "rollback_role", {"role": "generator", "options": {"execute": True}}).structured_content
+    assert done["executed"] and done["to_version"] == 1 and done["entry"]["version"] == 1
+    assert call(server, "pick_for_role", {"role": "generator"}).structured_content["version"] == 1
+    assert "to_version" in error_text(call(server, "rollback_role", {"role": "generator", "to_version": 9}))

@@ -135,14 +135,16 @@ async def _gate_verdicts(session: Any, stage: workflow.ResolvedStage, record: Ag
     return out
 
 
-async def _drive_stage(endpoint: ChatEndpoint, backend: RunBackend, spec: workflow.WorkflowSpec,
-                       stage: workflow.ResolvedStage, task: Any, max_turns: int) -> AgentStage:
+async def _drive_stage(endpoint: ChatEndpoint, backend: RunBackend, dagster_url: str | None,
+                       spec: workflow.WorkflowSpec, stage: workflow.ResolvedStage, task: Any,
+                       max_turns: int) -> AgentStage:
     from mcp import Client
 
     from training_assets.agent.server import build_server
 
     persona = personas.load_persona(stage.owner)
-    server = build_server(persona=persona.name, runtime=Runtime(backend=backend, persona=persona.name))
+    server = build_server(persona=persona.name, runtime=Runtime(backend=backend, persona=persona.name,
+                                                                dagster_url=dagster_url))
     record = AgentStage(name=stage.name, persona=persona.name, status="RUNNING")
     async with Client(server) as session:
         tools = (await session.list_tools()).tools
@@ -184,7 +186,7 @@ async def run_agent(workflow_name: str, endpoint: ChatEndpoint, task: dict[str, 
     for stage in workflow.resolve_stages(spec, parsed):
         log(f"stage {stage.name} ({stage.owner})")
         try:
-            record = await _drive_stage(endpoint, backend, spec, stage, parsed, max_turns)
+            record = await _drive_stage(endpoint, backend, dagster_url, spec, stage, parsed, max_turns)
         except BaseExceptionGroup as group:  # the MCP session's task group wraps what the loop raised
             raise _first_leaf(group) from None
         report.stages.append(record)

@@ -127,6 +127,7 @@ def training_plan(asset: str, train_fields: Mapping[str, Any], root: Path, limit
     reasons it cannot be computed yet (the dataset is not built, the base checkpoint is missing)."""
     from training_assets.trainers import TrainConfig, get_trainer
     from training_assets.trainers.accelerate_launch import load_examples
+    from training_assets.trainers.checkpoints import read_manifest
     from training_assets.trainers.jobs import CHECKPOINT_ASSETS
     from training_assets.training_data import read_dataset_info
 
@@ -134,12 +135,9 @@ def training_plan(asset: str, train_fields: Mapping[str, Any], root: Path, limit
     notes: list[str] = []
     fields = dict(train_fields)
     if upstream is not None:
-        manifest = root / upstream / "manifest.json"
-        if manifest.is_file():
-            import json
-
-            fields["base_model"] = json.loads(manifest.read_text())["checkpoint_dir"]
-        else:
+        try:
+            fields["base_model"] = read_manifest(root, upstream)["checkpoint_dir"]
+        except FileNotFoundError:
             notes.append(f"{upstream} is not materialised yet: parameter counts come from the default PretrainSpec")
     if read_dataset_info(dataset, root) is None:
         notes.append(f"{dataset} is not built yet: examples and steps are known once it is")

@@ -68,15 +68,13 @@ def _registry(rt: Runtime, model_name: str) -> Any:
 
 
 def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
-    import json
-
+    from training_assets import paths
+    from training_assets.evaluation.report import load_eval_report
     from training_assets.registry import RegistryError, promotion_verdict
+    from training_assets.trainers.checkpoints import read_manifest
 
-    root = rt.root
-    manifest = json.loads((root / "merged_adapter" / "manifest.json").read_text())
-    report_path = root / "merged_eval_report" / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    ok, reason = promotion_verdict(report, manifest)
+    manifest = read_manifest(rt.root, "merged_adapter")
+    ok, reason = promotion_verdict(load_eval_report(paths.asset_dir("merged_eval_report", rt.root)), manifest)
     given = result.run_config.get("ops", {}).get("registry_entry", {}).get("config", {})
     values = graph_map.effective_config("registry_entry", given, rt.backend.graph())
     checkpoint_id = f"merged_adapter-{manifest['data_version']}"
