@@ -25,6 +25,9 @@ MAX_METADATA_CHARS = 1500
 def get_instance() -> dg.DagsterInstance:
     """The instance at ``$DAGSTER_HOME``, opened once per process and home (opening runs storage checks)."""
     home = os.environ.get("DAGSTER_HOME", "")
+    if not home:
+        raise RuntimeError("DAGSTER_HOME is not set: export DAGSTER_HOME=<repo>/dagster_home (the instance runs go to), "
+                           "or start the server with --dagster-url http://HOST:PORT")
     if home not in _INSTANCES:
         _INSTANCES[home] = dg.DagsterInstance.get()
     return _INSTANCES[home]
