@@ -20,7 +20,7 @@ ISSUE_TOOLS = {
     "pick_for_role", "rollback_role", "list_assets", "get_run", "cancel_run",
 }
 READ_ONLY = {"dataset_lineage", "registry_list", "pick_for_role", "list_assets", "get_run"}
-DESTRUCTIVE = {"register_model", "rollback_role", "execute_workflow", "cancel_run"}
+NOT_REPEATABLE = {"register_model", "rollback_role", "execute_workflow", "cancel_run"}
 
 
 def listed_tools(server):
@@ -34,8 +34,9 @@ def test_the_server_exposes_exactly_the_issue_tools_with_annotations_and_output_
         assert t.output_schema and t.output_schema.get("type") == "object", name
         assert t.description.strip(), name
         assert t.annotations.read_only_hint is (name in READ_ONLY), name
-        if name not in READ_ONLY:
-            assert t.annotations.destructive_hint is (name in DESTRUCTIVE), name
+        if name not in READ_ONLY:  # registering, rollback and every tool that executes
+            assert t.annotations.destructive_hint is True, name
+            assert t.annotations.idempotent_hint is (name not in NOT_REPEATABLE), name
     for name in ISSUE_TOOLS - READ_ONLY - {"dataset_lineage", "cancel_run", "rollback_role"}:
         assert {"options"} <= set(tools[name].input_schema["properties"]), name
         if name != "execute_workflow":

@@ -42,8 +42,10 @@ INSTRUCTIONS = (
 def _annotations(kind: str, title: str) -> ToolAnnotations:
     if kind == "read":
         return ToolAnnotations(title=title, read_only_hint=True, open_world_hint=False)
-    # plan tools write only on execute, and the same inputs give the same data versions
-    return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=kind == "destructive",
+    # Executed, every mutating tool replaces what an asset holds (or what serves a role): destructive.
+    # Materialising tools are idempotent (the same inputs give the same data versions); registering
+    # moves an alias, rolling back pops its history, the workflow and cancel are not repeatable.
+    return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=True,
                            idempotent_hint=kind == "plan", open_world_hint=False)
 
 

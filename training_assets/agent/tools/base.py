@@ -3,9 +3,9 @@
     @tool("plan", "Train an SFT checkpoint")
     async def train_sft(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult: ...
 
-``kind`` is ``read`` (annotated read-only), ``plan`` (writes, trains or registers when executed;
-plans by default) or ``destructive`` (executing changes what serves traffic, or runs the whole
-workflow). A tool raises :class:`AgentError`; the wrapper turns it, and any library error, into
+``kind`` is ``read`` (annotated read-only), ``plan`` (materialises assets when executed, plans by
+default; the same inputs give the same data versions) or ``operate`` (registers, rolls back, runs
+the whole workflow or cancels: changes what serves traffic or what runs, not repeatable). A tool raises :class:`AgentError`; the wrapper turns it, and any library error, into
 an MCP tool error (``isError``) whose text is one line naming the input and the fix.
 """
 
@@ -27,7 +27,7 @@ from training_assets.agent.models import Options
 from training_assets.agent.runtime import Runtime
 
 log = logging.getLogger("training_assets.agent")
-ToolKind = Literal["read", "plan", "destructive"]
+ToolKind = Literal["read", "plan", "operate"]
 T = TypeVar("T")
 
 ConfigArg = Annotated[dict[str, Any] | None, Field(description=(

@@ -138,7 +138,7 @@ def _cancel(rt: Runtime, run_id: str) -> CancelResult:
     return CancelResult(run_id=run_id, status=rt.backend.cancel(run_id))
 
 
-@tool("destructive", "Cancel a run")
+@tool("operate", "Cancel a run")
 async def cancel_run(ctx: Context, run_id: RunIdArg) -> CancelResult:
     """Cancel a run (not started: CANCELED at once; running: CANCELING, then CANCELED) or a workflow
     (its current run is canceled and no later stage starts)."""

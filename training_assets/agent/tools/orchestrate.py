@@ -36,7 +36,7 @@ def _start(rt: Runtime, spec: Any, task: Any, plan: WorkflowReport) -> WorkflowR
     return report.model_copy(update={"estimated_steps": plan.estimated_steps})
 
 
-@tool("destructive", "Run the train_model workflow")
+@tool("operate", "Run the train_model workflow")
 async def execute_workflow(ctx: Context,
                            name: Annotated[str, Field(description="The workflow: train_model.")] = "train_model",
                            task: Annotated[dict[str, Any] | None, Field(description=(

@@ -91,7 +91,7 @@ def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
     return facts
 
 
-@tool("destructive", "Register the merged model for its role")
+@tool("operate", "Register the merged model for its role")
 async def register_model(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
     """Materialise registry_entry: register merged_adapter in the MLflow registry for its role (role,
     served_model_name, base_url, model_name) once merged_eval_report's promotion gate passed for this
@@ -171,7 +171,7 @@ def _rollback(rt: Runtime, role: str, to_version: int | None, model_name: str, e
                           reason=reason, entry=_entry(chosen))
 
 
-@tool("destructive", "Roll a role back")
+@tool("operate", "Roll a role back")
 async def rollback_role(ctx: Context, role: Annotated[str, Field(description="The role whose alias moves back.")],
                         to_version: Annotated[int | None, Field(description=(
                             "Promote this version; default: the previously promoted one."))] = None,
