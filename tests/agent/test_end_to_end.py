@@ -224,7 +224,7 @@ def test_cancel_run_stops_a_running_training_run(trained):
         time.sleep(1)
     assert call(server, "cancel_run", {"run_id": run_id}).structured_content["status"] in ("CANCELING", "CANCELED")
     final = call(server, "get_run", {"run_id": run_id, "wait_s": 180}).structured_content
-    assert final["status"] == "CANCELED", final["failures"]
+    assert final["status"] == "CANCELED", (final["failures"], [ln["message"] for ln in final["log_lines"]])
     assert final["outputs"] == [] and "already finished with CANCELED" in error_text(
         call(server, "cancel_run", {"run_id": run_id}))
     dpo = call(server, "list_assets", {"keys": ["dpo_checkpoint"]}).structured_content["assets"][0]

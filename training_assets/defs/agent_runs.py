@@ -14,9 +14,11 @@ STARTING and executes it, writing every event to the same instance. Runs submitt
 daemon is heartbeating on this instance, ``launch`` refuses and points at ``--dagster-url``, so
 runs keep the concurrency limits the daemon enforces.
 
-Cancellation follows Dagster's own run worker: the run goes CANCELING and the worker gets
-SIGTERM, which interrupts execution; Dagster then records the run CANCELED. A worker that died
-without finishing its run is reported as a failed run (what run monitoring does in production).
+Cancellation follows Dagster's own run worker: the run goes CANCELING and the worker's process
+group gets SIGTERM, which interrupts execution (and stops a Pipes training subprocess); Dagster
+then records the run CANCELED. A worker still alive ``CANCEL_GRACE_S`` after the cancel is killed,
+and a worker that died without finishing its run is reported as a failed run (what run monitoring
+does in production).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ IN_FLIGHT = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dag
              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 TERMINAL = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 DAEMON_FRESH_S = 60  # a heartbeat younger than this means a daemon is serving the instance
+CANCEL_GRACE_S = 60  # a worker still running this long after a cancel is killed
 
 
 def _reconstructable() -> Any:
@@ -183,17 +186,31 @@ def _summary(record: Any) -> dict[str, Any]:
 
 
 def _reap_dead_worker(instance: dg.DagsterInstance, record: Any) -> Any:
-    """A run still in flight whose worker process is gone can never finish: record it failed."""
+    """A run still in flight whose worker process is gone can never finish: record it failed (or
+    canceled, when a cancel was asked for). A worker still alive CANCEL_GRACE_S after the cancel did
+    not honour the interrupt: its process group is killed and the run recorded CANCELED."""
     run = record.dagster_run
     pid = run.tags.get(WORKER_PID_TAG)
-    if run.status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING) \
-            and pid and not _process_alive(int(pid)):
-        if run.status == dg.DagsterRunStatus.CANCELING:
-            instance.report_run_canceled(run, f"worker process {pid} exited while the run was canceling")
-        else:
-            instance.report_run_failed(run, f"worker process {pid} exited without finishing the run")
-        return instance.get_run_record_by_id(run.run_id)
-    return record
+    in_flight = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+    if run.status not in in_flight or not pid:
+        return record
+    alive = _process_alive(int(pid))
+    if run.status == dg.DagsterRunStatus.CANCELING and alive:
+        if time.time() - record.update_timestamp.timestamp() < CANCEL_GRACE_S:
+            return record
+        try:
+            os.killpg(os.getpgid(int(pid)), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        instance.report_run_canceled(run, f"worker process {pid} did not stop within {CANCEL_GRACE_S} s of the "
+                                          "cancel: killed")
+    elif run.status == dg.DagsterRunStatus.CANCELING:
+        instance.report_run_canceled(run, f"worker process {pid} exited while the run was canceling")
+    elif not alive:
+        instance.report_run_failed(run, f"worker process {pid} exited without finishing the run")
+    else:
+        return record
+    return instance.get_run_record_by_id(run.run_id)
 
 
 def get_run(run_id: str) -> dict[str, Any] | None:
@@ -278,7 +295,9 @@ def cancel(run_id: str) -> str:
         if run.status != dg.DagsterRunStatus.CANCELING:
             instance.report_run_canceling(run, "cancel requested through the agent surface (cancel_run)")
         try:
-            os.kill(int(pid), signal.SIGTERM)
+            # the whole group: Dagster defers the worker's interrupt while it waits on the Pipes training
+            # subprocess, which SIGTERM stops directly (the step then fails, and CANCELING makes it CANCELED)
+            os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
         except ProcessLookupError:
             instance.report_run_canceled(run, f"worker process {pid} was already gone")
     return instance.get_run_by_id(run_id).status.value
