@@ -20,16 +20,21 @@ from collections.abc import Sequence
 from training_assets import commands
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every verb, or only those of the given ``commands`` modules."""
     parser = argparse.ArgumentParser(prog="training-assets", description="Train in-house LLMs from agent traces.")
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
-        importlib.import_module(f"{commands.__name__}.{info.name}").register(subparsers)
+    names = sorted(i.name for i in pkgutil.iter_modules(commands.__path__)) if modules is None else modules
+    for name in names:
+        importlib.import_module(f"{commands.__name__}.{name}").register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # An MCP client launches `training-assets mcp` and waits for tools/list: build only that verb
+    # (other verbs' modules import numba and pyarrow at import time, about 1 s here).
+    args = build_parser(["mcp"] if argv[:1] == ["mcp"] else None).parse_args(argv)
     return int(args.handler(args) or 0)
 
 

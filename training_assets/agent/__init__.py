@@ -1,0 +1,13 @@
+"""The agent surface: an MCP server with the platform's tools, four personas and the train_model workflow.
+
+    training-assets mcp [--persona NAME] [--dagster-url URL]          # serve the tools (stdio)
+    training-assets workflow run train_model [--execute]               # the workflow from the shell
+    training-assets agent run train_model --model-url URL              # an LLM drives the four personas
+
+A face of the platform beside ``commands/``: it calls the library and launches Dagster runs of the
+asset graph (through ``training_assets.defs.agent_*``, the only modules that import dagster), and the
+library never imports it. ``server.py`` builds the server, ``tools/`` holds the tools by area,
+``graph_map.py`` maps a tool's config onto assets and run config, ``runs.py`` launches and reads
+runs, ``workflow.py`` / ``workflow_driver.py`` plan and execute the workflow, ``driver.py`` is the
+OpenAI-compatible agent loop; personas, the workflow and the Agent Skill are data files.
+"""

@@ -1,0 +1,174 @@
+"""The one place that maps a tool's ``config`` onto the asset graph: which assets a tool
+materialises, which of their Dagster config fields it may set, and the Dagster run config.
+
+    target = tool_target("train_sft")                          # ("sft_checkpoint",)
+    run_config = to_run_config("train_sft", {"max_steps": 4, "lora": {"r": 8}}, graph)
+    # {"sft_checkpoint": {"max_steps": 4, "lora_r": 8}}   (per asset; see dagster_run_config)
+
+Field names and defaults come from the Definitions (``graph`` is ``describe_graph()``): a field
+an asset's ``dg.Config`` gains is accepted without touching this module. What is hand-kept here
+is only what the graph cannot say: the tool → asset table, the subsets of ``curated_corpus``
+that ``dedup_corpus`` / ``decontaminate_corpus`` own, the TrainConfig spellings of the LoRA
+fields, and the TrainConfig fields the graph itself decides (the base model, where a run writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields as dataclass_fields
+from typing import Any
+
+from training_assets.agent.errors import ToolInputError
+
+# tool -> the assets its config may set, in order (the last one is the tool's target)
+TOOL_ASSETS: dict[str, tuple[str, ...]] = {
+    "curate_corpus": ("held_out_sets", "curated_corpus"),
+    "dedup_corpus": ("curated_corpus",),
+    "decontaminate_corpus": ("held_out_sets", "curated_corpus"),
+    "train_tokenizer": ("tokenizer",),
+    "compose_reward": ("grpo_groups",),
+    "pretrain_model": ("base_checkpoint",),
+    "train_sft": ("sft_checkpoint",),
+    "train_dpo": ("dpo_checkpoint",),
+    "train_grpo": ("grpo_checkpoint",),
+    "merge_adapters_ties": ("merged_adapter",),
+    "register_model": ("registry_entry",),
+}
+DATASET_KINDS = {"sft": "sft_dataset", "dpo": "preference_pairs", "grpo": "grpo_groups", "pretrain": "pretrain_windows"}
+EVAL_REPORTS = {"sft_checkpoint": "sft_eval_report", "dpo_checkpoint": "dpo_eval_report",
+                "grpo_checkpoint": "grpo_eval_report", "merged_adapter": "merged_eval_report"}
+TRAINING_TOOLS = {"pretrain_model": "base_checkpoint", "train_sft": "sft_checkpoint", "train_dpo": "dpo_checkpoint",
+                  "train_grpo": "grpo_checkpoint"}
+CHECKPOINT_ASSETS = set(TRAINING_TOOLS.values())
+
+# Parts of curated_corpus's config that belong to one tool (the rest belongs to curate_corpus).
+FIELD_SUBSETS: dict[str, dict[str, set[str]]] = {
+    "dedup_corpus": {"curated_corpus": {"method", "threshold", "ngram", "num_perm", "seed",
+                                        "min_dedup_rate", "max_dedup_rate"}},
+    "decontaminate_corpus": {"held_out_sets": {"paths", "fields"},
+                             "curated_corpus": {"decontam_ngram", "decontam_min_ngram"}},
+    "compose_reward": {"grpo_groups": {"reward_weights", "scale_rewards"}},
+}
+# TrainConfig spelling -> the checkpoint assets' Dagster config field
+TRAIN_ALIASES = {("lora", "r"): "lora_r", ("lora", "alpha"): "lora_alpha"}
+# TrainConfig fields the asset graph decides for a checkpoint asset, and why
+GRAPH_OWNED = {
+    "base_model": "the checkpoint asset trains from its upstream checkpoint (sft <- base_checkpoint, dpo/grpo <- sft_checkpoint)",
+    "tokenizer": "the tokenizer asset is used",
+    "output_dir": "each checkpoint asset writes under <data root>/<asset>/runs/",
+    "resume_from": "a re-run with the same inputs resumes automatically",
+    "tracker": "MLflow tracking is set by the asset", "tracking_uri": "MLflow tracking is set by the asset",
+    "run_name": "set by the asset", "tracker_tags": "set by the asset (the Dagster run id)",
+    "packing": "sft_checkpoint always packs",
+}
+
+
+def tool_target(tool: str, kind: str | None = None, checkpoint: str | None = None) -> tuple[str, ...]:
+    """The assets whose config a tool sets; the last is what it materialises."""
+    if tool == "build_training_dataset":
+        return (DATASET_KINDS[kind or ""],)
+    if tool == "evaluate_checkpoint":
+        return (EVAL_REPORTS[checkpoint or ""],)
+    return TOOL_ASSETS[tool]
+
+
+def _train_config_names() -> set[str]:
+    from training_assets.trainers.base import TrainConfig
+
+    return {f.name for f in dataclass_fields(TrainConfig)}
+
+
+def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"lora": {"r": 8}}`` -> ``{"lora_r": 8}``; other keys unchanged."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping) and key in {outer for outer, _ in TRAIN_ALIASES}:
+            for inner, v in value.items():
+                if (key, inner) not in TRAIN_ALIASES:
+                    raise ToolInputError(f"config.{key}.{inner}", f"unknown field; {key} takes "
+                                         f"{sorted(i for k, i in TRAIN_ALIASES if k == key)}")
+                out[TRAIN_ALIASES[(key, inner)]] = v
+        else:
+            out[key] = value
+    return out
+
+
+def accepted_fields(tool: str, assets: tuple[str, ...], graph: Mapping[str, Any]) -> dict[str, str]:
+    """field -> the asset it configures, for the config a tool takes."""
+    subsets = FIELD_SUBSETS.get(tool)
+    accepted: dict[str, str] = {}
+    for asset in assets:
+        names = set(graph[asset]["config"])
+        if subsets is not None:
+            names &= subsets.get(asset, set())
+        for name in names:
+            accepted.setdefault(name, asset)
+    return accepted
+
+
+def to_run_config(tool: str, config: Mapping[str, Any] | None, graph: Mapping[str, Any],
+                  assets: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """Per-asset Dagster config values for a tool's ``config``; raises ToolInputError naming the field."""
+    assets = assets or tool_target(tool)
+    flat = _flatten(dict(config or {}))
+    accepted = accepted_fields(tool, assets, graph)
+    training = tool in TRAINING_TOOLS
+    out: dict[str, dict[str, Any]] = {a: {} for a in assets}
+    for name, value in flat.items():
+        if name in accepted:
+            out[accepted[name]][name] = value
+            continue
+        if training and name in GRAPH_OWNED:
+            raise ToolInputError(f"config.{name}", f"set by the asset graph ({GRAPH_OWNED[name]}); remove it")
+        if training and name in _train_config_names():
+            raise ToolInputError(f"config.{name}", f"a TrainConfig field that {assets[-1]} does not expose; "
+                                 f"it takes {sorted(accepted)}")
+        hint = f"; did you mean {_closest(name, accepted)}?" if _closest(name, accepted) else ""
+        raise ToolInputError(f"config.{name}", f"unknown field for {tool}{hint} (accepted: {sorted(accepted)})")
+    return {a: v for a, v in out.items() if v}
+
+
+def asset_run_config(asset: str, config: Mapping[str, Any] | None, graph: Mapping[str, Any],
+                     where: str) -> dict[str, Any]:
+    """One asset's Dagster config values from fields in its own or TrainConfig spelling (workflow tasks)."""
+    if not isinstance(config, Mapping):
+        raise ToolInputError(where, "an object of config fields")
+    flat = _flatten(dict(config))
+    accepted = graph[asset]["config"]
+    for name in flat:
+        if name in accepted:
+            continue
+        if name in GRAPH_OWNED and asset in CHECKPOINT_ASSETS:
+            raise ToolInputError(f"{where}.{name}", f"set by the asset graph ({GRAPH_OWNED[name]}); remove it")
+        hint = f"; did you mean {_closest(name, accepted)}?" if _closest(name, accepted) else ""
+        raise ToolInputError(f"{where}.{name}", f"unknown field for {asset}{hint} (accepted: {sorted(accepted)})")
+    return flat
+
+
+def _closest(name: str, options: Mapping[str, Any]) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.75)
+    return match[0] if match else None
+
+
+def dagster_run_config(per_asset: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Dagster's run config shape: each asset's op is named after its key."""
+    return {"ops": {asset: {"config": dict(values)} for asset, values in per_asset.items() if values}}
+
+
+def effective_config(asset: str, values: Mapping[str, Any], graph: Mapping[str, Any]) -> dict[str, Any]:
+    """The asset's config as it will run: its defaults from the Definitions, overridden by ``values``."""
+    defaults = {name: spec["default"] for name, spec in graph[asset]["config"].items()}
+    return {**defaults, **values}
+
+
+def train_config_fields(asset: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainConfig fields a checkpoint asset's run config means (as the asset builds them)."""
+    names = _train_config_names()
+    fields = {k: v for k, v in effective.items() if k in names}
+    if effective.get("lora_r", 0) > 0:
+        fields["lora"] = {"r": effective["lora_r"], "alpha": effective.get("lora_alpha", 16)}
+    if asset == "sft_checkpoint":
+        fields["packing"] = True
+    return fields

@@ -1,0 +1,47 @@
+"""The streamable-HTTP transport with a bearer token, and the loopback rule that needs one.
+
+``serve_http`` binds the server's Starlette app with uvicorn; with a token every request must
+carry ``Authorization: Bearer <token>`` (compared in constant time), otherwise 401. Callers refuse
+a non-loopback bind address without a token (``is_loopback``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from typing import Any
+
+TOKEN_ENV = "TRAINING_ASSETS_MCP_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # any other host name may resolve to an outside address
+
+
+class BearerTokenMiddleware:
+    """ASGI middleware: 401 unless the request's bearer token is the configured one."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+def serve_http(server: Any, host: str, port: int, token: str | None) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=host)
+    uvicorn.run(BearerTokenMiddleware(app, token) if token else app, host=host, port=port, log_level="warning")

@@ -1,0 +1,196 @@
+"""The ``train_model`` workflow: its declaration (``workflows/train_model.yaml``), a task's stages, the plan.
+
+    spec = load_workflow("train_model")
+    task = parse_task(spec, {"train": "sft", "config": {"sft_checkpoint": {"max_steps": 4}}}, graph)
+    plan = plan_workflow(spec, task, backend, root)     # per stage: what runs, what is reused, the gate
+
+Each stage is one Dagster run of the stage's assets (``prepare_corpus``: one run per trace batch);
+its gate is the blocking asset check named in the YAML. Executing is ``workflow_driver``'s job.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from training_assets.agent import graph_map
+from training_assets.agent.errors import ToolInputError
+from training_assets.agent.models import GateVerdict, StageReport, Task, WorkflowReport
+from training_assets.agent.planning import decide, pending_inbox_batches, training_plan
+
+WORKFLOW_DIR = Path(__file__).resolve().parent / "workflows"
+
+
+class Gate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    asset: str
+    check: str
+
+
+class Variant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tool: str | None = None
+    assets: tuple[str, ...]
+    force: tuple[str, ...] = ()
+    gates: tuple[Gate, ...] = ()
+
+
+class Stage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    owner: str
+    tool: str | None = None
+    assets: tuple[str, ...] = ()
+    gates: tuple[Gate, ...] = ()
+    help: str = ""
+    choose: str | None = Field(None, description="The task key whose value picks the variant(s).")
+    variants: dict[str, Variant] = Field(default_factory=dict)
+
+
+class TaskKey(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    choices: tuple[str, ...] = ()
+    default: Any = None
+    multiple: bool = False
+    help: str = ""
+
+
+class WorkflowSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    team: str
+    description: str
+    task: dict[str, TaskKey]
+    stages: tuple[Stage, ...]
+
+
+class ResolvedStage(BaseModel):
+    """A stage for one task: the tools, assets, forced assets and gates of the chosen variant(s)."""
+
+    name: str
+    owner: str
+    tools: list[str]
+    assets: list[str]
+    force: list[str] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
+
+
+@lru_cache(maxsize=None)
+def load_workflow(name: str = "train_model") -> WorkflowSpec:
+    path = WORKFLOW_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in WORKFLOW_DIR.glob("*.yaml"))
+        raise ToolInputError("name", f"unknown workflow {name!r}; choose one of {known}")
+    return WorkflowSpec(**yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+def parse_task(spec: WorkflowSpec, task: dict[str, Any] | None, graph: dict[str, Any]) -> Task:
+    """Validate a task against the workflow's task keys and each asset's config fields."""
+    task = dict(task or {})
+    unknown = sorted(set(task) - set(spec.task))
+    if unknown:
+        raise ToolInputError(f"task.{unknown[0]}", f"unknown task key; {spec.name} takes {sorted(spec.task)}")
+    values: dict[str, Any] = {}
+    for key, meta in spec.task.items():
+        if key == "config":
+            continue
+        value = task.get(key, meta.default)
+        chosen = value if isinstance(value, list) else [value]
+        if meta.multiple is False and isinstance(value, list):
+            raise ToolInputError(f"task.{key}", f"one of {list(meta.choices)}, not a list")
+        bad = [v for v in chosen if v not in meta.choices]
+        if bad or not chosen:
+            raise ToolInputError(f"task.{key}", f"{bad or value!r} is not one of {list(meta.choices)}")
+        values[key] = sorted(set(chosen)) if meta.multiple else value
+    config = task.get("config") or {}
+    if not isinstance(config, dict):
+        raise ToolInputError("task.config", "an object mapping an asset key to its config")
+    per_asset = {}
+    for asset, fields in config.items():
+        if asset not in graph:
+            raise ToolInputError(f"task.config.{asset}", f"unknown asset; one of {sorted(graph)}")
+        per_asset[asset] = graph_map.asset_run_config(asset, fields, graph, f"task.config.{asset}")
+    return Task(train=values["train"], align=values["align"], config=per_asset)
+
+
+def resolve_stages(spec: WorkflowSpec, task: Task) -> list[ResolvedStage]:
+    out = []
+    for stage in spec.stages:
+        if not stage.variants:
+            out.append(ResolvedStage(name=stage.name, owner=stage.owner, tools=[stage.tool] if stage.tool else [],
+                                     assets=list(stage.assets), gates=list(stage.gates)))
+            continue
+        picked = getattr(task, stage.choose or "")
+        variants = [stage.variants[v] for v in (picked if isinstance(picked, list) else [picked])]
+        out.append(ResolvedStage(
+            name=stage.name, owner=stage.owner,
+            tools=sorted({v.tool or stage.tool for v in variants if v.tool or stage.tool}),
+            assets=[a for v in variants for a in v.assets], force=[a for v in variants for a in v.force],
+            gates=[g for v in variants for g in v.gates]))
+    return out
+
+
+def forced_assets(stage: ResolvedStage, task: Task) -> dict[str, str]:
+    forced = {a: "forced by the task (train=pretrain)" for a in stage.force}
+    forced.update({a: "config given" for a in stage.assets if a in task.config})
+    return forced
+
+
+def check_merge_inputs(task: Task, states: dict[str, Any]) -> None:
+    """The TIES merge needs both adapters: one left out of ``align`` must already exist."""
+    for kind in ("dpo", "grpo"):
+        asset = f"{kind}_checkpoint"
+        if kind not in task.align and not states.get(asset, {}).get("materialized"):
+            raise ToolInputError("task.align", f"merge_adapters needs {asset}, which align={task.align} does not "
+                                               f"train and was never materialised; add {kind!r} to task.align")
+
+
+def gate_thresholds(effective: dict[str, Any]) -> dict[str, Any]:
+    """The eval report's gate thresholds out of its effective config."""
+    names = ("min_pass_rate", "min_category_pass_rate", "max_bpb_vs_uniform", "max_bits_per_byte", "max_regression")
+    return {k: effective[k] for k in names if k in effective}
+
+
+def plan_workflow(spec: WorkflowSpec, task: Task, backend: Any, root: Path) -> WorkflowReport:
+    """Per stage: what would run and why, what is reused, the gate and its thresholds, training plans."""
+    graph = backend.graph()
+    states = backend.asset_states()
+    check_merge_inputs(task, states)
+    will_run: set[str] = set()
+    stages, steps = [], 0
+    for stage in resolve_stages(spec, task):
+        decision = decide(graph, states, stage.assets, forced_assets(stage, task), will_run)
+        report = StageReport(name=stage.name, owner=stage.owner, tools=stage.tools, materialize=decision.materialize,
+                             reused=decision.reused)
+        if any(graph[a]["partitioned"] for a in stage.assets):
+            known = (states.get("raw_traces", {}).get("partitions") or {}).get("known", [])
+            missing = {m for a in stage.assets if graph[a]["partitioned"]
+                       for m in (states.get(a, {}).get("partitions") or {}).get("missing", [])}
+            pending = pending_inbox_batches(root, known)
+            report.partitions = sorted(missing | set(pending))
+            if report.partitions:
+                will_run.update(a for a in stage.assets if graph[a]["partitioned"])
+                report.notes.append(f"{len(pending)} new inbox batch(es) to register; "
+                                    f"{len(report.partitions)} batch(es) to ingest, one run each")
+        for step in report.materialize:
+            if step.asset in graph_map.CHECKPOINT_ASSETS:
+                effective = graph_map.effective_config(step.asset, task.config.get(step.asset, {}), graph)
+                plan, notes = training_plan(step.asset, graph_map.train_config_fields(step.asset, effective), root,
+                                            effective.get("limit_examples") or None, effective.get("num_processes", 1))
+                report.notes.extend(notes)
+                if plan is not None:
+                    steps += plan.planned_steps
+                    report.training_plan = plan
+                elif effective.get("max_steps", 0) > 0:
+                    steps += effective["max_steps"]
+        for gate in stage.gates:
+            effective = graph_map.effective_config(gate.asset, task.config.get(gate.asset, {}), graph)
+            report.gates.append(GateVerdict(report=gate.asset, check=gate.check, passed=None,
+                                            thresholds=gate_thresholds(effective)))
+        stages.append(report)
+    return WorkflowReport(name=spec.name, executed=False, status="PLANNED", task=task, stages=stages,
+                          estimated_steps=steps)
