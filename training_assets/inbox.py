@@ -94,11 +94,12 @@ def reject_file(path: Path, reason: str, root: str | os.PathLike[str] | None = N
 
 
 def scan_inbox(seen: Mapping[str, str] | None = None, known_batch_ids: Iterable[str] = (),
-               root: str | os.PathLike[str] | None = None) -> InboxScan:
+               root: str | os.PathLike[str] | None = None, reject: bool = True) -> InboxScan:
     """List the inbox and name each batch file's partition; read nothing.
 
     ``seen`` (the sensor cursor) maps a file name to the batch id already requested for it; a
     file whose key is in ``seen`` or in ``known_batch_ids`` (e.g. the materialised partitions) is known.
+    ``reject=False`` only reports refused entries instead of moving them aside (a read-only preview).
     """
     seen = dict(seen or {})
     known = set(known_batch_ids)
@@ -111,7 +112,8 @@ def scan_inbox(seen: Mapping[str, str] | None = None, known_batch_ids: Iterable[
             continue
         reason = refusal_reason(entry)
         if reason is not None:
-            reject_file(Path(entry.path), f"refused {entry.name!r}: {reason}", root)
+            if reject:
+                reject_file(Path(entry.path), f"refused {entry.name!r}: {reason}", root)
             scan.rejected.append((entry.name, reason))
             continue
         info = entry.stat(follow_symlinks=False)

@@ -55,9 +55,12 @@ def test_the_config_mapping_uses_the_assets_fields_and_the_trainconfig_spellings
         graph_map.to_run_config("train_sft", {"output_dir": "/tmp/x"}, graph)
     assert graph_map.dagster_run_config({"sft_checkpoint": {"max_steps": 4}, "tokenizer": {}}) == {
         "ops": {"sft_checkpoint": {"config": {"max_steps": 4}}}}
-    assert graph_map.train_config_fields("sft_checkpoint", {"max_steps": 4, "lora_r": 8, "lora_alpha": 16,
-                                                            "num_processes": 1}) == {
-        "max_steps": 4, "lora": {"r": 8, "alpha": 16}, "packing": True}
+    fields = graph_map.train_config_fields("sft_checkpoint", {"max_steps": 4, "lora_r": 8, "lora_alpha": 16,
+                                                             "num_processes": 1})
+    assert fields["max_steps"] == 4 and fields["lora"] == {"r": 8, "alpha": 16} and fields["packing"] is True
+    assert "num_processes" not in fields and "lora_r" not in fields
+    dpo = graph_map.train_config_fields("dpo_checkpoint", {"dpo": {"beta": 0.25}})
+    assert dpo["dpo"]["beta"] == 0.25 and dpo["dpo"]["loss_type"] == "sigmoid"
 
 
 def test_dedup_and_decontaminate_own_only_their_part_of_the_corpus_config():
@@ -65,7 +68,7 @@ def test_dedup_and_decontaminate_own_only_their_part_of_the_corpus_config():
 
     graph = describe_graph()
     dedup = graph_map.accepted_fields("dedup_corpus", ("curated_corpus",), graph)
-    assert set(dedup) == {"method", "threshold", "ngram", "num_perm", "seed", "min_dedup_rate", "max_dedup_rate"}
+    assert set(dedup) == {"method", "threshold", "min_dedup_rate", "max_dedup_rate"}
     with pytest.raises(ToolInputError, match="config.min_chars: unknown field for dedup_corpus"):
         graph_map.to_run_config("dedup_corpus", {"min_chars": 5}, graph)
     decon = graph_map.to_run_config("decontaminate_corpus", {"paths": ["h.jsonl"], "decontam_ngram": 8}, graph)

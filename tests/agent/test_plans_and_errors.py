@@ -53,7 +53,7 @@ ONE_LINE_ERRORS = [
     ("train_sft", {"config": {"max_stpes": 3}}, ["config.max_stpes", "did you mean max_steps"]),
     ("train_sft", {"config": {"max_steps": "many"}}, ["config.max_steps", "integer"]),
     ("train_sft", {"config": {"base_model": "/models/x"}}, ["config.base_model", "set by the asset graph"]),
-    ("train_sft", {"config": {"weight_decay": 0.1}}, ["config.weight_decay", "does not expose"]),
+    ("train_sft", {"config": {"attn_impl": "eager"}}, ["config.attn_impl", "does not expose"]),
     ("train_sft", {"config": {"lora": {"rank": 8}}}, ["config.lora.rank"]),
     ("train_sft", {"options": {"execute": "yes"}}, ["options.execute", "boolean"]),
     ("train_sft", {"options": {"exec": True}}, ["options.exec", "unknown field"]),

@@ -15,7 +15,6 @@ fields, and the TrainConfig fields the graph itself decides (the base model, whe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from training_assets.agent.errors import ToolInputError
@@ -43,8 +42,7 @@ CHECKPOINT_ASSETS = set(TRAINING_TOOLS.values())
 
 # Parts of curated_corpus's config that belong to one tool (the rest belongs to curate_corpus).
 FIELD_SUBSETS: dict[str, dict[str, set[str]]] = {
-    "dedup_corpus": {"curated_corpus": {"method", "threshold", "ngram", "num_perm", "seed",
-                                        "min_dedup_rate", "max_dedup_rate"}},
+    "dedup_corpus": {"curated_corpus": {"method", "threshold", "min_dedup_rate", "max_dedup_rate"}},
     "decontaminate_corpus": {"held_out_sets": {"paths", "fields"},
                              "curated_corpus": {"decontam_ngram", "decontam_min_ngram"}},
     "compose_reward": {"grpo_groups": {"reward_weights", "scale_rewards"}},
@@ -73,9 +71,9 @@ def tool_target(tool: str, kind: str | None = None, checkpoint: str | None = Non
 
 
 def _train_config_names() -> set[str]:
-    from training_assets.trainers.base import TrainConfig
+    from training_assets.trainers import TrainConfig
 
-    return {f.name for f in dataclass_fields(TrainConfig)}
+    return set(TrainConfig.model_fields)
 
 
 def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,11 +162,9 @@ def effective_config(asset: str, values: Mapping[str, Any], graph: Mapping[str, 
 
 
 def train_config_fields(asset: str, effective: Mapping[str, Any]) -> dict[str, Any]:
-    """The TrainConfig fields a checkpoint asset's run config means (as the asset builds them)."""
-    names = _train_config_names()
-    fields = {k: v for k, v in effective.items() if k in names}
-    if effective.get("lora_r", 0) > 0:
-        fields["lora"] = {"r": effective["lora_r"], "alpha": effective.get("lora_alpha", 16)}
-    if asset == "sft_checkpoint":
-        fields["packing"] = True
-    return fields
+    """The TrainConfig fields a checkpoint asset's run config means, exactly as the asset builds them
+    (``defs.training.config.overrides``: LoRA from lora_r/lora_alpha, nested dpo/grpo specs)."""
+    from training_assets.defs.agent_catalog import config_class
+    from training_assets.defs.training.config import overrides
+
+    return overrides(config_class(asset)(**effective))

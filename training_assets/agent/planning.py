@@ -85,66 +85,34 @@ def decide(graph: Mapping[str, Mapping[str, Any]], states: Mapping[str, Mapping[
 
 
 def pending_inbox_batches(root: Path, known: Iterable[str]) -> list[str]:
-    """Inbox files the sensor would register as new batches (computed read-only: nothing is staged)."""
-    from training_assets import paths, traces
-    from training_assets.storage import sha256_file
+    """Inbox files the sensor would register as new batches (a read-only preview: nothing is moved or staged)."""
+    from training_assets.inbox import scan_inbox
 
-    inbox, known = paths.inbox_dir(root), set(known)
-    if not inbox.is_dir():
-        return []
-    pending = []
-    for entry in sorted(os.scandir(inbox), key=lambda e: e.name):
-        if not entry.is_file() or entry.name.startswith((".", "_")) or entry.name.endswith((".tmp", ".part")):
-            continue
-        if traces.unsafe_name_reason(entry.name) is not None or not entry.name.endswith(traces.BATCH_SUFFIXES):
-            continue
-        batch = traces.batch_id_for(Path(entry.path), sha256_file(entry.path))
-        if batch not in known:
-            pending.append(batch)
-    return pending
-
-
-class _Vocab:
-    """Stands in for the tokenizer in ``trainer.plan``, which only needs its length."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-
-def _vocab_size(root: Path) -> int | None:
-    from tokenizers import Tokenizer
-
-    path = root / "tokenizer" / "tokenizer.json"
-    return Tokenizer.from_file(str(path)).get_vocab_size() if path.is_file() else None
+    return [b.batch_id for b in scan_inbox(known_batch_ids=known, root=root, reject=False).new]
 
 
 def training_plan(asset: str, train_fields: Mapping[str, Any], root: Path, limit: int | None,
                   num_processes: int = 1) -> tuple[TrainingPlan | None, list[str]]:
-    """The trainer's plan for a checkpoint asset from its effective TrainConfig fields, or the
-    reasons it cannot be computed yet (the dataset is not built, the base checkpoint is missing)."""
-    from training_assets.trainers import TrainConfig, get_trainer
-    from training_assets.trainers.accelerate_launch import load_examples
-    from training_assets.trainers.checkpoints import read_manifest
-    from training_assets.trainers.jobs import CHECKPOINT_ASSETS
+    """The trainer's plan for a checkpoint asset from its TrainConfig fields, or the reasons it
+    cannot be computed yet (the dataset is not built). The same ``prepare_job`` → ``run_training``
+    path the asset takes, with ``execute=False``: it reads the dataset and the upstream manifest and
+    writes nothing."""
+    from training_assets.trainers.jobs import CHECKPOINT_ASSETS, prepare_job, run_training
+    from training_assets.trainers.manifest import read_manifest
     from training_assets.training_data import read_dataset_info
 
-    kind, dataset, upstream = CHECKPOINT_ASSETS[asset]
+    _, dataset, upstream = CHECKPOINT_ASSETS[asset]
     notes: list[str] = []
     fields = dict(train_fields)
     if upstream is not None:
         try:
-            fields["base_model"] = read_manifest(root, upstream)["checkpoint_dir"]
+            read_manifest(root, upstream)
         except FileNotFoundError:
             notes.append(f"{upstream} is not materialised yet: parameter counts come from the default PretrainSpec")
+            fields["base_model"] = None
     if read_dataset_info(dataset, root) is None:
         notes.append(f"{dataset} is not built yet: examples and steps are known once it is")
         return None, notes
-    config = TrainConfig.from_dict({**fields, "output_dir": str(root / asset / "runs" / "plan")})
-    vocab = _vocab_size(root)
-    trainer = get_trainer(kind, config, tokenizer=_Vocab(vocab) if vocab else None)
-    examples = load_examples({"dataset": dataset, "root": str(root), "limit": limit})
-    plan = trainer.plan(examples, world_size=num_processes).to_dict()
+    job = prepare_job(asset, root, fields, limit=limit)
+    plan = run_training(job, execute=False, num_processes=num_processes).plan.to_dict()
     return TrainingPlan(**plan), notes

@@ -34,8 +34,9 @@ async def curate_corpus(ctx: Context, config: ConfigArg = None, options: Options
 
 @tool("plan", "Deduplicate the corpus")
 async def dedup_corpus(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
-    """Re-run the corpus dedup with new settings (method minhash|cosine, threshold, ngram, num_perm,
-    seed, and the blocking dedup-rate bounds): materialises curated_corpus. The plan shows the current
+    """Re-run the corpus dedup with new settings (method minhash|cosine, threshold, and the blocking
+    dedup-rate bounds): materialises curated_corpus. The MinHash shingling (ngram, num_perm, seed) is
+    the deployment's `minhash` resource, shared with the per-batch signatures, not a tool setting. The plan shows the current
     dedup statistics. Plans by default."""
     return await run_action(ctx, "dedup_corpus", config, options, details=_corpus_facts)
 

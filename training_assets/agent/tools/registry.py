@@ -71,13 +71,13 @@ def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
     from training_assets import paths
     from training_assets.evaluation.report import load_eval_report
     from training_assets.registry import RegistryError, promotion_verdict
-    from training_assets.trainers.checkpoints import read_manifest
+    from training_assets.trainers.manifest import read_manifest
 
     manifest = read_manifest(rt.root, "merged_adapter")
     ok, reason = promotion_verdict(load_eval_report(paths.asset_dir("merged_eval_report", rt.root)), manifest)
     given = result.run_config.get("ops", {}).get("registry_entry", {}).get("config", {})
     values = graph_map.effective_config("registry_entry", given, rt.backend.graph())
-    checkpoint_id = f"merged_adapter-{manifest['data_version']}"
+    checkpoint_id = f"merged_adapter-{manifest.data_version}"
     registry = _registry(rt, values["model_name"])
     facts: dict[str, Any] = {"promotion_allowed": ok, "promotion_reason": reason, "checkpoint_id": checkpoint_id}
     if registry is not None:
