@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= train,eval,dev,scale,wandb
+EXTRAS ?= train,eval,dev,wandb
 
 export DAGSTER_HOME := $(CURDIR)/dagster_home
 export TRAINING_ASSETS_DATA ?= $(CURDIR)/data
