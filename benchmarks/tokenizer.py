@@ -1,7 +1,8 @@
 """BPE training and encoding throughput of the project tokenizer, by thread setting.
 
-    .venv/bin/python benchmarks/tokenizer.py            # ~100 MB of corpus text
-    .venv/bin/python benchmarks/tokenizer.py --quick    # ~5 MB smoke run
+    .venv/bin/python benchmarks/tokenizer.py             # ~20 MB of corpus text, 5 rounds
+    .venv/bin/python benchmarks/tokenizer.py --mb 100    # the 100 MB corpus of earlier runs
+    .venv/bin/python benchmarks/tokenizer.py --quick     # ~5 MB, 3 rounds: a smoke run
 
 The corpus is generated deterministically (seed 0), in the proportions a trace corpus has:
 about a third agent traces from ``sample_traces`` rendered as the curated corpus renders them
@@ -20,7 +21,11 @@ pool, so every setting runs in its own subprocess:
 Each worker trains ``tokenizer_trainer.train_tokenizer`` (the asset's code path, texts from a
 Python iterator) and encodes the whole corpus in batches of 1,000 documents; the serial worker
 also times one-document-at-a-time encoding. The merges learned under each setting are hashed
-to show training does not depend on the thread count. The last line is ``RESULT {json}``.
+to show training does not depend on the thread count. The settings alternate over ``--rounds``
+rounds (serial, threads=2, ..., serial, threads=2, ...), so a burst of load on this shared machine
+hits every setting; speed-ups are per-round ratios against that round's serial run, reported as
+the median with the min-max spread, beside the load average before and after. The last line is
+``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -131,7 +137,8 @@ def worker(corpus: Path, vocab_size: int, single_docs: int) -> dict:
     return out
 
 
-def run_setting(name: str, env_extra: dict[str, str], corpus: Path, vocab_size: int, single_docs: int) -> dict:
+def run_setting(name: str, env_extra: dict[str, str], corpus: Path, vocab_size: int, single_docs: int,
+                label: str = "") -> dict:
     env = {**os.environ, **env_extra}
     cmd = [sys.executable, __file__, "--worker", "--corpus", str(corpus), "--vocab-size", str(vocab_size),
            "--single-docs", str(single_docs)]
@@ -139,7 +146,7 @@ def run_setting(name: str, env_extra: dict[str, str], corpus: Path, vocab_size: 
     if done.returncode != 0:
         raise RuntimeError(f"worker {name} failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{name:>10}: train {result['train_mb_per_s']:.2f} MB/s ({result['train_s']} s), "
+    print(f"{label}{name:>10}: train {result['train_mb_per_s']:.2f} MB/s ({result['train_s']} s), "
           f"encode {result['encode_batch_mb_per_s']:.2f} MB/s batched"
           + (f", {result['encode_single_mb_per_s']:.2f} MB/s one by one" if "encode_single_mb_per_s" in result else ""),
           flush=True)
@@ -148,7 +155,8 @@ def run_setting(name: str, env_extra: dict[str, str], corpus: Path, vocab_size: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="~5 MB instead of ~100 MB")
+    parser.add_argument("--quick", action="store_true", help="~5 MB and 3 rounds instead of ~20 MB and 5")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds over the settings (default 5)")
     parser.add_argument("--mb", type=float, default=None, help="corpus size in MB (overrides --quick)")
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--threads", type=int, nargs="*", default=None, help="parallel pool sizes (default: 2 and all cores)")
@@ -161,7 +169,8 @@ def main() -> None:
         print(json.dumps(worker(Path(args.corpus), args.vocab_size, args.single_docs)))
         return
 
-    mb = args.mb or (5.0 if args.quick else 100.0)
+    mb = args.mb or (5.0 if args.quick else 20.0)
+    rounds = args.rounds or (3 if args.quick else 5)
     t0 = time.perf_counter()
     corpus = load_or_generate(Path(args.cache), int(mb * 1e6))
     n_docs = sum(1 for _ in open(corpus, encoding="utf-8"))
@@ -171,15 +180,36 @@ def main() -> None:
     settings = {"serial": {"TOKENIZERS_PARALLELISM": "false"}}
     for n in threads:
         settings[f"threads={n}"] = {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": str(n)}
-    results = {name: run_setting(name, env, corpus, args.vocab_size, 2000 if name == "serial" else 0)
+    load_before = os.getloadavg()
+    per_round: list[dict[str, dict]] = []
+    for r in range(rounds):
+        per_round.append({name: run_setting(name, env, corpus, args.vocab_size, 2000 if name == "serial" and r == 0 else 0,
+                                            label=f"round {r + 1}/{rounds} ")
+                          for name, env in settings.items()})
+    load_after = os.getloadavg()
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+    keys = ("train_mb_per_s", "encode_batch_mb_per_s")
+    results = {name: {**{k: spread([rnd[name][k] for rnd in per_round]) for k in keys}, "env": env}
                for name, env in settings.items()}
-    serial = results["serial"]
+    results["serial"]["encode_single_mb_per_s"] = per_round[0]["serial"]["encode_single_mb_per_s"]
+    speedups = {key: {name: spread([rnd[name][key] / rnd["serial"][key] for rnd in per_round]) for name in settings}
+                for key in keys}
+    merges = {rnd[name]["merges_sha256"] for rnd in per_round for name in settings}
+    for name in settings:
+        print(f"{name:>10}: train {results[name]['train_mb_per_s']['median']:.2f} MB/s median "
+              f"({speedups['train_mb_per_s'][name]['median']:.2f}x serial, "
+              f"{speedups['train_mb_per_s'][name]['min']:.2f}-{speedups['train_mb_per_s'][name]['max']:.2f}), "
+              f"encode {results[name]['encode_batch_mb_per_s']['median']:.2f} MB/s median")
     summary = {
         "corpus_mb": round(corpus.stat().st_size / 1e6, 1), "docs": n_docs, "vocab_size": args.vocab_size,
-        "cores": cores, "settings": results,
-        "train_speedup_vs_serial": {k: round(v["train_mb_per_s"] / serial["train_mb_per_s"], 2) for k, v in results.items()},
-        "encode_speedup_vs_serial": {k: round(v["encode_batch_mb_per_s"] / serial["encode_batch_mb_per_s"], 2) for k, v in results.items()},
-        "merges_identical_across_settings": len({v["merges_sha256"] for v in results.values()}) == 1,
+        "cores": cores, "rounds": rounds, "settings": results,
+        "train_speedup_vs_serial": speedups["train_mb_per_s"],
+        "encode_speedup_vs_serial": speedups["encode_batch_mb_per_s"],
+        "merges_identical_across_settings": len(merges) == 1,
+        "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
     }
     print("RESULT " + json.dumps(summary, sort_keys=True))
 
