@@ -37,6 +37,14 @@ def _flat_f32(name: str, tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().view(-1).numpy()
 
 
+def _check_in_place(name: str, tensor: torch.Tensor) -> None:
+    """What ``_flat_f32`` checks, without building a view (the multi-tensor step takes pointers)."""
+    if tensor.is_sparse:
+        raise ValueError(f"{name}: numba optimizers take dense tensors; use backend='torch' for sparse ones")
+    if tensor.dtype != torch.float32 or tensor.device.type != "cpu" or not tensor.is_contiguous():
+        _flat_f32(name, tensor)  # raises with the full message
+
+
 def _grad_f32(p: torch.Tensor) -> np.ndarray:
     if p.grad.is_sparse:
         raise ValueError("numba optimizers take dense gradients; use backend='torch' for sparse ones")
@@ -74,15 +82,16 @@ class NumbaAdamW(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                _flat_f32("param", p)
-                _grad_f32(p)
+                _check_in_place("param", p)
+                _check_in_place("grad", p.grad)
                 state = self.state[p]
                 if not state:
                     state["step"] = torch.tensor(0.0)
                     state["exp_avg"] = _state_buffer(p)
                     state["exp_avg_sq"] = _state_buffer(p)
                 for name in ("exp_avg", "exp_avg_sq"):
-                    if _flat_f32(name, state[name]).shape[0] != p.numel():
+                    _check_in_place(name, state[name])
+                    if state[name].numel() != p.numel():
                         raise ValueError(f"{name} has {state[name].numel()} elements for a parameter of {p.numel()}: "
                                          "the optimizer state does not belong to these parameters")
                 tensors.append((p, p.grad, state["exp_avg"], state["exp_avg_sq"]))
