@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/kernels.py            # full sizes (~3 GB RAM, ~3-4 min)
     .venv/bin/python benchmarks/kernels.py --quick    # smoke sizes
+    .venv/bin/python benchmarks/kernels.py --cases optimizer_step   # one case (~30 s unloaded)
 
 Measures (best of --repeats interleaved rounds, after a warm-up call that compiles/loads the kernels):
 
@@ -14,6 +15,11 @@ Measures (best of --repeats interleaved rounds, after a warm-up call that compil
 - sequence log-prob fwd+bwd (B x T = N rows, same V) vs ``log_softmax`` + ``gather`` + backward,
   with a random upstream gradient per sequence (as DPO gives); target >= 3x;
 - one AdamW step over 50M parameters vs ``torch.optim.AdamW(fused=True)``; target >= 1.0x;
+- the trainer's whole optimizer step over 50M parameters in the tensors of a transformer (135
+  tensors): ``clip_grad_norm_`` + ``AdamW(fused=True)`` + ``zero_grad(set_to_none=False)`` vs
+  ``NumbaAdamW.clip_step_zero``, sides alternating over >= 5 rounds with a copy-bandwidth probe
+  in each round; median ratio, its spread and each side's fraction of the copy bandwidth,
+  counting 48 vs 36 bytes of DRAM traffic per parameter; target >= 1.2x;
 - the roofline measured in the same run: multi-threaded copy bandwidth on pre-touched buffers
   (bytes moved: read, write-allocate, write) and exp throughput of the kernels' vectorised exp;
   each kernel's fraction of each bound, counting its bytes the same way.
@@ -250,12 +256,109 @@ def bench_adamw(n_params: int, repeats: int, roof: dict) -> dict:
     return out
 
 
+def transformer_shapes(n_params: int) -> list[tuple[int, ...]]:
+    """Parameter shapes of a GPT-style decoder (d=512, vocab 32000, MLP 4d; d=128, vocab 8000
+    below 10M), layers added until ``n_params`` is reached: embedding, per layer LayerNorm
+    weight+bias x2, fused QKV, output projection, MLP in/out (weights and biases), final norm."""
+    d, vocab = (512, 32000) if n_params >= 10_000_000 else (128, 8000)
+    shapes: list[tuple[int, ...]] = [(vocab, d), (d,), (d,)]
+    layer = [(d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,)]
+    while sum(int(np.prod(s)) for s in shapes) < n_params:
+        shapes[1:1] = layer
+    return shapes
+
+
+def bench_optimizer_step(n_params: int, rounds: int, max_norm: float = 1.0) -> dict:
+    """The trainer's optimizer step: ``clip_grad_norm_`` + ``AdamW(fused=True).step()`` +
+    ``zero_grad(set_to_none=False)`` vs ``NumbaAdamW.clip_step_zero``, on the tensors of a
+    transformer. Each round times a copy probe, then both sides in alternating order, with fresh
+    gradients copied in (untimed) before each; ratios are per round, figures are medians."""
+    shapes = transformer_shapes(n_params)
+    gen = torch.Generator().manual_seed(3)
+    source = [torch.randn(s, generator=gen) for s in shapes]  # gradients; the clip is active (norm >> 1)
+
+    def make():
+        g = torch.Generator().manual_seed(4)
+        params = [torch.nn.Parameter(torch.randn(s, generator=g) * 0.02) for s in shapes]
+        for p, src in zip(params, source, strict=True):
+            p.grad = src.clone()
+        return params
+
+    params_t, params_n = make(), make()
+    opt_t = torch.optim.AdamW(params_t, lr=1e-3, weight_decay=0.01, fused=True)
+    opt_n = numba_ops.NumbaAdamW(params_n, lr=1e-3, weight_decay=0.01)
+
+    def torch_step():
+        torch.nn.utils.clip_grad_norm_(params_t, max_norm)
+        opt_t.step()
+        opt_t.zero_grad(set_to_none=False)
+
+    def refill(params):
+        for p, src in zip(params, source, strict=True):
+            p.grad.copy_(src)
+
+    steps = {"torch": (torch_step, params_t), "numba": (lambda: opt_n.clip_step_zero(max_norm), params_n)}
+    for name, (fn, params) in steps.items():
+        refill(params)
+        fn()  # warm-up: compiles, creates the state; one step each, so the states stay in step
+    total = sum(p.numel() for p in params_t)
+    out = {"params": total, "tensors": len(shapes), "max_norm": max_norm,
+           "param_max_abs_diff_after_1_step": max((a - b).abs().max().item()
+                                                  for a, b in zip(params_n, params_t, strict=True)),
+           "grads_zeroed": all(bool((p.grad == 0).all()) for p in params_n)}
+    n = 128 * 2**20  # 512 MiB per buffer, ~5x the L3 here
+    src, dst = np.ones(n, np.float32), np.zeros(n, np.float32)  # pre-touched: no page faults timed
+    _copy(src, dst)
+    times: dict[str, list[float]] = {"torch": [], "numba": [], "copy": []}
+    for r in range(rounds):
+        gc.collect()
+        start = time.perf_counter()
+        _copy(src, dst)
+        times["copy"].append(time.perf_counter() - start)
+        for name in ("torch", "numba") if r % 2 == 0 else ("numba", "torch"):
+            fn, params = steps[name]
+            refill(params)
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    ratios = [t / u for t, u in zip(times["torch"], times["numba"], strict=True)]
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    copy_gbps = 3 * n * 4 / med["copy"] / 1e9  # read src, write-allocate dst, write dst
+    # reads + writes of p, g, m, v per parameter. torch: norm reads g (4), the clip rewrites it (8),
+    # the fused AdamW reads p g m v and writes p m v (28), zero_grad writes g (4); numba: the norm
+    # reads g (4), the fused pass reads p g m v and writes p g m v (32)
+    bytes_per_param = {"torch": 44, "numba": 36}
+    # DRAM traffic adds a write-allocate read where a line is written without being read first:
+    # only zero_grad's (4 for torch; every line numba writes was read in the same pass)
+    traffic_per_param = {"torch": 48, "numba": 36}
+    out.update({"rounds": rounds, "torch_s": med["torch"], "numba_s": med["numba"],
+                "speedup_median": float(np.median(ratios)), "speedup_min": min(ratios), "speedup_max": max(ratios),
+                "speedup_spread": max(ratios) - min(ratios), "copy_GBps": copy_gbps,
+                "bytes_per_param": bytes_per_param, "traffic_per_param": traffic_per_param})
+    for side in ("torch", "numba"):
+        gbps = traffic_per_param[side] * total / med[side] / 1e9
+        out[f"{side}_GBps"] = gbps
+        out[f"{side}_copy_bw_fraction"] = gbps / copy_gbps
+    out["pass_speed"] = out["speedup_median"] >= 1.2
+    del src, dst
+    return out
+
+
+CASES = ("cross_entropy", "sequence_logprob", "adamw", "optimizer_step")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and numba alike")
-    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per case (the best is kept)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per case (>= 5 for optimizer_step)")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     args = parser.parse_args()
+    selected = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(selected) - set(CASES))
+    if unknown or not selected:
+        parser.error(f"--cases: unknown {unknown or 'empty selection'}; choose from {','.join(CASES)}")
     torch.set_num_threads(args.threads)
     numba.set_num_threads(args.threads)
     n, v, adam_params = (512, 4096, 2_000_000) if args.quick else (4096, 32768, 50_000_000)
@@ -263,21 +366,22 @@ def main() -> None:
     # the roofline is probed before every case and the best figure kept: on a shared machine a
     # single probe can land in a burst of someone else's load and make every fraction look high
     roof = {"copy_GBps": 0.0, "exp_G_per_s": 0.0}
-    results = {"threads": args.threads, "quick": args.quick, "roofline": roof}
-    cases = (("cross_entropy", lambda: bench_cross_entropy(n, v, args.repeats, roof)),
-             ("sequence_logprob", lambda: bench_sequence_logprob(n, v, args.repeats, roof)),
-             ("adamw", lambda: bench_adamw(adam_params, args.repeats, roof)))
-    for name, case in cases:
-        for key, value in roofline(args.threads, args.repeats, args.quick).items():
-            roof[key] = max(roof[key], value)
-        results[name] = case()
+    results = {"threads": args.threads, "quick": args.quick, "roofline": roof, "cases": selected,
+               "load_avg_1m_start": os.getloadavg()[0]}
+    cases = {"cross_entropy": lambda: bench_cross_entropy(n, v, args.repeats, roof),
+             "sequence_logprob": lambda: bench_sequence_logprob(n, v, args.repeats, roof),
+             "adamw": lambda: bench_adamw(adam_params, args.repeats, roof),
+             "optimizer_step": lambda: bench_optimizer_step(adam_params, max(args.repeats, 5))}
+    for name in selected:
+        if name != "optimizer_step":  # that case measures its own copy bandwidth, round by round
+            for key, value in roofline(args.threads, args.repeats, args.quick).items():
+                roof[key] = max(roof[key], value)
+        results[name] = cases[name]()
         print(name, json.dumps(results[name]), flush=True)
     print("roofline", json.dumps(roof), flush=True)
     results["load_avg_1m_end"] = os.getloadavg()[0]
-    results["pass"] = all(results[k][f] for k in ("cross_entropy", "sequence_logprob", "adamw")
-                          for f in results[k] if f.startswith("pass_"))
+    results["pass"] = all(results[k][f] for k in selected for f in results[k] if f.startswith("pass_"))
     print("RESULT " + json.dumps(results, sort_keys=True))
-
 
 if __name__ == "__main__":
     main()

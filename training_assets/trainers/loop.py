@@ -92,11 +92,39 @@ def build_optimizer(params: list[Any], config: TrainConfig) -> Any:
     import torch
 
     if config.kernel_backend == "numba":
-        from training_assets.trainers.numba_ops import NumbaAdamW
+        from training_assets.trainers.numba_optim import NumbaAdamW
 
         return NumbaAdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     # fused: one kernel over all tensors (on CPU too), about memory bandwidth; same AdamW math
     return torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay, fused=True)
+
+
+def clip_step_zero(optimizer: Any, params: list[Any], config: TrainConfig, accelerator: Any, scaler: Any) -> None:
+    """Clip the global grad norm (``max_grad_norm`` <= 0: no clip), step, zero the gradients.
+
+    ``kernel_backend="numba"`` on one process without a GradScaler: one fused call
+    (``NumbaAdamW.clip_step_zero``: the norm pass, then clip + AdamW + zeroing in one pass; the
+    gradients are zeroed in place). Otherwise torch's path: ``clip_grad_norm_`` (the
+    accelerator's under multi-process), the (scaler's) step, ``zero_grad(set_to_none=True)``.
+    """
+    import torch
+
+    if config.kernel_backend == "numba" and accelerator is None and scaler is None:
+        optimizer.clip_step_zero(config.max_grad_norm if config.max_grad_norm > 0 else None)
+        return
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if config.max_grad_norm > 0:
+        if accelerator is not None:
+            accelerator.clip_grad_norm_(params, config.max_grad_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def _autocast(config: TrainConfig, device_type: str) -> contextlib.AbstractContextManager:
@@ -184,21 +212,9 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
                     scaled.backward()
             step_loss += loss.detach().float() * weight / max(weight_total.item(), 1e-12)
             tokens += int(batch["n_tokens"])
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if config.max_grad_norm > 0:
-            if accelerator is not None:
-                accelerator.clip_grad_norm_(params, config.max_grad_norm)
-            else:
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        clip_step_zero(optimizer, params, config, accelerator, scaler)
         lrs.append(scheduler.get_last_lr()[0])
         scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         if accelerator is not None and world > 1:
             step_loss = accelerator.reduce(step_loss, reduction="sum")
         step += 1

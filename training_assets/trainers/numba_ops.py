@@ -1,5 +1,6 @@
-"""The Numba kernels (``kernels/losses.py``, ``kernels/optim.py``) as torch autograd Functions
-and optimizers: the ``backend="numba"`` of ``training_assets.trainers.objectives``.
+"""The Numba kernels (``kernels/losses.py``) as torch autograd Functions, and the Numba
+optimizers (``numba_optim``, re-exported here): the ``backend="numba"`` of
+``training_assets.trainers.objectives``.
 
 Wiring for a trainer with ``TrainConfig(kernel_backend="torch" | "numba")`` is two calls, both
 taking the backend string as it is::
@@ -28,13 +29,15 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Iterable
 
 import numpy as np
 import torch
 
+from training_assets.trainers.numba_optim import OPTIMIZERS, NumbaAdamW, NumbaSGD, make_optimizer
 from training_assets_kernels import losses as K
-from training_assets_kernels import optim as KO
+
+__all__ = ["OPTIMIZERS", "NumbaAdamW", "NumbaSGD", "make_optimizer", "cross_entropy", "sequence_logprob",
+           "dpo_loss", "grpo_surrogate", "approx_kl", "WORKSPACE", "GradientWorkspace"]
 
 _CONSUMED = (
     "the fused numba gradient was already handed to the first backward; a second backward "
@@ -255,107 +258,3 @@ def grpo_surrogate(logps, old_logps, advantages, weights, ref_logps, beta, epsil
 
 def approx_kl(logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     return ApproxKLFn.apply(logps, ref_logps, mask)
-
-
-def _flat_f32(name: str, tensor: torch.Tensor) -> np.ndarray:
-    """Writable flat view of a parameter/state tensor (must be contiguous: updated in place)."""
-    if tensor.device.type != "cpu" or tensor.dtype != torch.float32 or not tensor.is_contiguous():
-        raise ValueError(f"{name}: numba optimizers update contiguous fp32 CPU tensors in place; got "
-                         f"{tensor.dtype} on {tensor.device} (contiguous={tensor.is_contiguous()}); use backend='torch'")
-    return tensor.detach().view(-1).numpy()
-
-
-def _grad_f32(p: torch.Tensor) -> np.ndarray:
-    if p.grad.is_sparse:
-        raise ValueError("numba optimizers take dense gradients; use backend='torch' for sparse ones")
-    return _f32("grad", p.grad).reshape(-1)
-
-
-def _state_buffer(p: torch.Tensor) -> torch.Tensor:
-    """Zeroed optimizer state shaped like p, allocated by NumPy: NumPy asks the kernel for
-    transparent huge pages on big buffers (torch's allocator does not), which cuts TLB misses on the
-    streaming update (an AdamW step over 50M parameters ran ~20% faster here)."""
-    return torch.from_numpy(np.zeros(tuple(p.shape), np.float32))
-
-
-class NumbaAdamW(torch.optim.Optimizer):
-    """``torch.optim.AdamW`` (no amsgrad/maximize) with the per-tensor update in ``training_assets_kernels.optim.adam_step``."""
-
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2):
-        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
-            raise ValueError(f"invalid AdamW hyper-parameters lr={lr} betas={betas} eps={eps} "
-                             f"weight_decay={weight_decay}")
-        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.tensor(0.0)
-                    state["exp_avg"] = _state_buffer(p)
-                    state["exp_avg_sq"] = _state_buffer(p)
-                state["step"] += 1
-                KO.adam_step(_flat_f32("param", p), _grad_f32(p), _flat_f32("exp_avg", state["exp_avg"]),
-                             _flat_f32("exp_avg_sq", state["exp_avg_sq"]), float(group["lr"]), float(beta1),
-                             float(beta2), float(group["eps"]), float(group["weight_decay"]), int(state["step"]))
-        return loss
-
-
-_NO_BUFFER = np.empty(0, np.float32)  # sgd_step without momentum never reads its buffer
-
-
-class NumbaSGD(torch.optim.Optimizer):
-    """``torch.optim.SGD`` (momentum, dampening, Nesterov, weight decay) via ``training_assets_kernels.optim.sgd_step``."""
-
-    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError(f"invalid SGD hyper-parameters lr={lr} momentum={momentum} weight_decay={weight_decay}")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum needs momentum > 0 and dampening = 0")
-        super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
-                                  "weight_decay": weight_decay, "nesterov": nesterov})
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                first = state.get("momentum_buffer") is None
-                if first and group["momentum"] != 0:
-                    state["momentum_buffer"] = _state_buffer(p)
-                buf = state.get("momentum_buffer")
-                KO.sgd_step(_flat_f32("param", p), _grad_f32(p),
-                            _NO_BUFFER if buf is None else _flat_f32("momentum_buffer", buf),
-                            float(group["lr"]), float(group["momentum"]), float(group["dampening"]),
-                            float(group["weight_decay"]), bool(group["nesterov"]), first)
-        return loss
-
-
-OPTIMIZERS = {"adamw": (torch.optim.AdamW, NumbaAdamW), "sgd": (torch.optim.SGD, NumbaSGD)}
-
-
-def make_optimizer(name: str, params: Iterable, backend: str = "torch", **hyper) -> torch.optim.Optimizer:
-    """``torch.optim.AdamW``/``SGD`` for backend="torch", ``NumbaAdamW``/``NumbaSGD`` for "numba"."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer {name!r} is not one of {sorted(OPTIMIZERS)}")
-    if backend not in ("torch", "numba"):
-        raise ValueError(f"backend={backend!r} is not 'torch' or 'numba'")
-    torch_cls, numba_cls = OPTIMIZERS[name]
-    return (torch_cls if backend == "torch" else numba_cls)(params, **hyper)
