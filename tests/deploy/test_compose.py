@@ -97,8 +97,8 @@ def test_production_instance_config():
     assert all(isinstance(db[k], dict) and "env" in db[k] for k in ("hostname", "db_name", "username", "password"))
     coordinator = config["run_coordinator"]
     assert coordinator["class"] == "QueuedRunCoordinator"
-    assert {"key": "training_assets/resource", "value": "accelerator", "limit": 1} in \
-        coordinator["config"]["tag_concurrency_limits"]
+    assert "tag_concurrency_limits" not in coordinator["config"]  # the training pool limits training steps
+    assert config["concurrency"]["pools"] == {"default_limit": 1, "granularity": "op"}
     assert config["run_monitoring"]["enabled"] and config["run_retries"]["enabled"]
     assert config["run_retries"]["max_retries"] >= 1
     workspace = yaml.safe_load((REPO / "deploy" / "workspace.yaml").read_text())

@@ -26,10 +26,11 @@ def test_asset_graph_deps_and_tags():
     for name, deps in expected.items():
         spec = getattr(assets, name)
         assert {k.to_user_string() for k in spec.asset_deps[dg.AssetKey(name)]} == deps, name
-    assert assets.base_checkpoint.op.tags["training_assets/resource"] == "accelerator"
+    for name in expected:  # one training step at a time: the pool, not a run tag
+        assert getattr(assets, name).op.pool == "training", name
     from training_assets.defs.training.jobs import training_job
 
-    assert training_job.name == "training_job" and training_job.tags["training_assets/resource"] == "accelerator"
+    assert training_job.name == "training_job" and "training_assets/resource" not in training_job.tags
 
 
 def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):

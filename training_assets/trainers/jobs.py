@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +55,6 @@ class TrainingJob:
     examples: dict[str, Any]  # {"dataset", "root", "limit"} | {"jsonl", "limit"} | {} (given in memory)
     data_versions: dict[str, str]
     manifest_dir: Path  # <root>/<asset> for asset runs, else the run's output_dir
-    prune_runs: bool = False  # asset runs: older run dirs go once this run's manifest is written
 
     @property
     def run_dir(self) -> Path:
@@ -121,16 +119,16 @@ def prepare_job(asset: str, root: str | os.PathLike[str] | None = None, override
         probe = TrainConfig.from_dict({**fields, "output_dir": "-"})
         run_dir = paths.asset_dir(asset, root) / RUNS_DIR / fingerprint(probe.to_dict(), versions, limit)
         fields |= {"output_dir": str(run_dir), "resume_from": "auto", "run_name": f"{asset}-{run_dir.name}"}
-        manifest_dir, prune = paths.asset_dir(asset, root), True
+        manifest_dir = paths.asset_dir(asset, root)
     else:
         fields["output_dir"] = str(Path(output_dir).resolve())
-        manifest_dir, prune = Path(fields["output_dir"]), False
+        manifest_dir = Path(fields["output_dir"])
     if tracking_uri is not None:
         fields.setdefault("tracker", "mlflow")
         fields["tracking_uri"] = tracking_uri
     if tags:
         fields["tracker_tags"] = {**(fields.get("tracker_tags") or {}), **tags}
-    return TrainingJob(asset, kind, TrainConfig.from_dict(fields), examples, versions, manifest_dir, prune)
+    return TrainingJob(asset, kind, TrainConfig.from_dict(fields), examples, versions, manifest_dir)
 
 
 def in_memory_job(asset: str, kind: str, config: TrainConfig, data_versions: Mapping[str, str]) -> TrainingJob:
@@ -179,11 +177,9 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
             num_processes=num_processes, cpu=not _has_cuda(), python=sys.executable)))
     run.manifest = trained_manifest(job.asset, run.result, job.config.to_dict(), job.data_versions, job.examples,
                                     dagster_run_id)
+    # Older run folders stay: a registry version, a manifest or a queued run may still use one;
+    # `training-assets gc` frees those nothing refers to.
     write_manifest(job.manifest_dir, run.manifest)
-    if job.prune_runs:
-        for other in (job.manifest_dir / RUNS_DIR).iterdir():
-            if other.is_dir() and other != job.run_dir:
-                shutil.rmtree(other, ignore_errors=True)
     return run
 
 

@@ -15,6 +15,7 @@ from pydantic import Field
 from training_assets import data_engine
 from training_assets.data_engine import staged
 from training_assets.data_engine.decontam import DEFAULT_MIN_NGRAM, DEFAULT_NGRAM
+from training_assets.defs.automation import batch_condition, corpus_condition, once_condition
 from training_assets.defs.corpus.resources import DEDUP_DEFAULTS, MinhashShingling
 from training_assets.defs.metadata import counts_table, figure_png, png_markdown, table
 from training_assets.defs.partitions import trace_batches
@@ -34,7 +35,8 @@ class HeldOutSetsConfig(dg.Config):
                               description="Row fields joined into the indexed text.")
 
 
-@dg.asset(group_name="corpus", code_version=data_engine.CURATION_VERSION, kinds={"parquet"})
+@dg.asset(group_name="corpus", code_version=data_engine.CURATION_VERSION, kinds={"parquet"},
+          automation_condition=once_condition())
 def held_out_sets(config: HeldOutSetsConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """Held-out eval examples that training data must not contain (indexed by decontamination)."""
     root = data_root.root()
@@ -50,7 +52,7 @@ def held_out_sets(config: HeldOutSetsConfig, data_root: DataRoot) -> dg.Material
 
 
 @dg.asset(partitions_def=trace_batches, group_name="corpus", code_version=data_engine.CURATION_VERSION,
-          deps=["raw_traces"], kinds={"parquet", "numba"})
+          deps=["raw_traces"], kinds={"parquet", "numba"}, automation_condition=batch_condition())
 def minhash_signatures(context: dg.AssetExecutionContext, minhash: MinhashShingling, data_root: DataRoot
                        ) -> dg.MaterializeResult:
     """Stage 1 of staged dedup: MinHash signatures and shingle sets of one batch, computed once."""
@@ -108,6 +110,7 @@ def _cluster_plot(sizes: dict[int, int]) -> dg.MetadataValue:
 
 @dg.asset(
     group_name="corpus", code_version=data_engine.CURATION_VERSION, kinds={"parquet", "numba"},
+    automation_condition=corpus_condition(),
     deps=[dg.AssetDep("raw_traces", partition_mapping=dg.AllPartitionMapping()),
           dg.AssetDep("minhash_signatures", partition_mapping=dg.AllPartitionMapping()), "held_out_sets"],
     check_specs=[

@@ -13,12 +13,14 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
+from training_assets.defs.automation import BATCH_ASSET, follow_condition
 from training_assets.defs.metadata import counts_table, table
 from training_assets.defs.resources import DataRoot
 from training_assets.training_data import pipeline, selection
 from training_assets.training_data.rewards import DEFAULT_REWARD_WEIGHTS
 
 CURATED_CHECK = "every_trace_curated"
+FOLLOW = follow_condition()
 CHECK_DESCRIPTIONS = {
     "no_empty_completions": "Every completion has assistant content or a tool call.",
     "end_of_turn_in_mask": "Every example trains on an end-of-turn token (so the model learns to stop).",
@@ -36,6 +38,7 @@ class SelectedTracesConfig(dg.Config):
 
 
 @dg.asset(group_name="datasets", code_version=selection.SELECTION_VERSION, kinds={"parquet", "polars"},
+          automation_condition=follow_condition((BATCH_ASSET,)),
           deps=[dg.AssetDep("raw_traces", partition_mapping=dg.AllPartitionMapping()), "curated_corpus"],
           check_specs=[dg.AssetCheckSpec(CURATED_CHECK, asset="selected_traces", blocking=True,
                                          description="Every trace has a decision of the current curated corpus.")])
@@ -89,7 +92,7 @@ class SftDatasetConfig(dg.Config):
     max_tokens: int = Field(1024, ge=8, description="Conversations longer than this (in tokens) are skipped, never truncated.")
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet"},
+@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet"},
           deps=["selected_traces", "held_out_sets", "tokenizer"],
           check_specs=_specs("sft_dataset", ["no_empty_completions", "end_of_turn_in_mask", "no_held_out_overlap"]))
 def sft_dataset(config: SftDatasetConfig, data_root: DataRoot) -> dg.MaterializeResult:
@@ -102,7 +105,7 @@ class PreferencePairsConfig(dg.Config):
     require_success: bool = Field(True, description="Chosen must be a successful attempt; off: a higher score suffices.")
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet", "polars"},
+@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet", "polars"},
           deps=["selected_traces", "held_out_sets"],
           check_specs=_specs("preference_pairs", ["no_empty_completions", "chosen_differs_from_rejected", "no_held_out_overlap"]))
 def preference_pairs(config: PreferencePairsConfig, data_root: DataRoot) -> dg.MaterializeResult:
@@ -121,7 +124,7 @@ class GrpoGroupsConfig(dg.Config):
     drop_zero_variance: bool = Field(True, description="Drop groups whose rewards are all equal (zero advantages).")
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet", "polars"},
+@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet", "polars"},
           deps=["selected_traces", "held_out_sets"],
           check_specs=_specs("grpo_groups", ["no_empty_completions", "advantages_zero_mean", "no_held_out_overlap"]))
 def grpo_groups(config: GrpoGroupsConfig, data_root: DataRoot) -> dg.MaterializeResult:
@@ -135,7 +138,7 @@ class PretrainWindowsConfig(dg.Config):
     window: int = Field(256, ge=16, description="Tokens per packed window (the pretraining context length).")
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, kinds={"parquet"},
+@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet"},
           deps=["curated_corpus", "held_out_sets", "tokenizer"],
           check_specs=_specs("pretrain_windows", ["no_cross_document_loss", "no_held_out_overlap"]))
 def pretrain_windows(config: PretrainWindowsConfig, data_root: DataRoot) -> dg.MaterializeResult:

@@ -12,6 +12,7 @@ import dagster as dg
 from pydantic import Field
 
 from training_assets import paths
+from training_assets.defs.automation import follow_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError, uri_path
@@ -134,7 +135,7 @@ def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str
 def _eval_asset(asset_key: str, checkpoint: str, config_class: type, description: str):
     @dg.asset(
         name=asset_key, deps=[checkpoint], group_name="evaluation", code_version=evaluation.EVAL_VERSION,
-        kinds={"json"}, description=description,
+        kinds={"json"}, description=description, automation_condition=follow_condition(),
         check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset=asset_key, blocking=True,
                                        description="Thresholds hold (and, for promotion, no worse than the registered model).")],
     )

@@ -4,6 +4,7 @@ import dagster as dg
 from pydantic import Field
 
 from training_assets import data_engine, tokenizer_trainer
+from training_assets.defs.automation import POLICY, tokenizer_condition
 from training_assets.defs.metadata import table
 from training_assets.defs.resources import DataRoot
 
@@ -33,6 +34,7 @@ def _check(name: str, failures: list, ok_text: str, bad_text: str) -> dg.AssetCh
 
 @dg.asset(
     group_name="tokenizer", code_version=tokenizer_trainer.TOKENIZER_VERSION, kinds={"huggingface"},
+    automation_condition=tokenizer_condition(POLICY),
     deps=["curated_corpus"],
     check_specs=[
         dg.AssetCheckSpec(ROUND_TRIP_CHECK, asset="tokenizer", blocking=True,

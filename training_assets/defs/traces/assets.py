@@ -37,7 +37,9 @@ class RawTracesConfig(dg.Config):
     group_name="traces",
     code_version=ingest.INGEST_VERSION,
     kinds={"parquet"},
-    check_specs=[dg.AssetCheckSpec(QUARANTINE_CHECK, asset="raw_traces", blocking=True,
+    # Partitioned like the asset: each batch's check result is its own, so the automation of one
+    # batch's signatures never reads another batch's result.
+    check_specs=[dg.AssetCheckSpec(QUARANTINE_CHECK, asset="raw_traces", blocking=True, partitions_def=trace_batches,
                                    description="Share of quarantined lines is within max_quarantine_rate.")],
 )
 def raw_traces(context: dg.AssetExecutionContext, config: RawTracesConfig, data_root: DataRoot) -> dg.MaterializeResult:

@@ -3,9 +3,10 @@
 ``run_training`` plans once in the asset's process (the plan goes into the job spec and the run
 log), launches ``trainers.accelerate_launch`` on the job spec — with ``num_processes > 1`` under
 ``torchrun`` (CPU, gloo) or ``accelerate launch`` (GPU), the asset code does not change — and the
-subprocess reports its result as a Pipes custom message, from which the manifest is written. Runs
-carry the tag ``training_assets/resource: accelerator`` (dagster.yaml allows one such run at a
-time). Metadata: plan, steps, final loss, tokens/s, peak memory, the tracker run, the checkpoint
+subprocess reports its result as a Pipes custom message, from which the manifest is written. Every
+training step is in the ``training`` pool (dagster.yaml: one step of the pool at a time, across
+runs) and runs when the retraining policy of ``defs/automation.py`` says so. Metadata: plan, steps,
+final loss, tokens/s, peak memory, the tracker run, the checkpoint
 URI and a loss-curve plot. dpo/grpo depend on ``sft_eval_report`` and ``merged_adapter`` on the
 DPO and GRPO eval reports: their blocking gates stop what comes after a checkpoint that fails.
 """
@@ -16,6 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from training_assets import launch, tracking
+from training_assets.defs.automation import POLICY, TRAINING_POOL, training_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.defs.training.config import TRAIN_FIELDS, DpoOptions, GrpoOptions, nested, overrides, training_config
@@ -23,7 +25,6 @@ from training_assets.trainers import jobs
 from training_assets.trainers.accelerate_launch import RESULT_MESSAGE
 from training_assets.trainers.manifest import CheckpointManifest
 
-ACCELERATOR_TAG = {"training_assets/resource": "accelerator"}
 TRAINING_CODE_VERSION = "trainers-2"  # nested DPO/GRPO specs, constant lr by default, one run_training path
 
 # Demo defaults: a tiny model trained for seconds on CPU (hence the high lr). One torch thread per
@@ -93,7 +94,8 @@ def _result(manifest: CheckpointManifest) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(manifest.data_version))
 
 
-_COMMON = dict(group_name="training", code_version=TRAINING_CODE_VERSION, kinds={"pytorch"}, op_tags=ACCELERATOR_TAG)
+_COMMON = dict(group_name="training", code_version=TRAINING_CODE_VERSION, kinds={"pytorch"}, pool=TRAINING_POOL,
+               automation_condition=training_condition(POLICY))
 
 
 @dg.asset(deps=["pretrain_windows", "tokenizer"], **_COMMON)
@@ -131,8 +133,7 @@ class MergeConfig(dg.Config):
 
 
 # The align gates block the merge: a DPO or GRPO adapter whose eval report fails is never merged.
-@dg.asset(deps=["dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report", "grpo_eval_report"], group_name="training",
-          code_version=TRAINING_CODE_VERSION, kinds={"pytorch"})
+@dg.asset(deps=["dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report", "grpo_eval_report"], **_COMMON)
 def merged_adapter(context: dg.AssetExecutionContext, config: MergeConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """TIES merge (trim, elect sign, disjoint mean) of the DPO and GRPO LoRA adapters."""
     manifest = jobs.merge_job(data_root.root(), weights=[config.dpo_weight, config.grpo_weight], density=config.density,

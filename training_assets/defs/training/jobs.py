@@ -1,9 +1,7 @@
-"""training_job: every checkpoint asset in one run."""
+"""training_job: every checkpoint asset in one run (its steps take the ``training`` pool one at a time)."""
 
 import dagster as dg
 
-from training_assets.defs.training.assets import ACCELERATOR_TAG
-
 training_job = dg.define_asset_job(
     "training_job", selection=["base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter"],
-    tags=ACCELERATOR_TAG, description="Every checkpoint, one accelerator run at a time.")
+    description="Every checkpoint; each training step holds the `training` pool's slot while it runs.")
