@@ -115,6 +115,8 @@ def build_launch_command(module: str = JOB_MODULE, *args: str | os.PathLike[str]
     * one process, ``distributed="none"``: ``python -m module ARGS``;
     * CPU, ``ddp`` or several processes: ``torchrun --nproc_per_node N`` (gloo) —
       ``accelerate launch --cpu --num_processes N`` started a single process on this kind of host;
+      ``--standalone`` on one machine, or the given ``main_process_ip`` / ``main_process_port``
+      (e.g. ``127.0.0.1`` and a free port, to keep the rendezvous on loopback);
     * GPU: ``accelerate launch`` with the config file (``fsdp_accelerate_config`` /
       ``deepspeed_zero3_config`` → ``write_config``) or, without one, ``--use_fsdp`` /
       ``--use_deepspeed`` / ``--multi_gpu``, and the machine topology (``num_machines``,
@@ -138,7 +140,7 @@ def build_launch_command(module: str = JOB_MODULE, *args: str | os.PathLike[str]
         return [python, *script]
     if cpu:
         cmd = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes // num_machines or 1)]
-        if num_machines > 1:
+        if num_machines > 1 or main_process_ip:
             cmd += ["--nnodes", str(num_machines), "--node_rank", str(machine_rank),
                     "--master_addr", main_process_ip, "--master_port", str(main_process_port)]
         else:

@@ -41,6 +41,24 @@ def test_launch_commands():
     with pytest.raises(ValueError, match="on CPU use distributed='ddp'"):
         launch.build_launch_command(job, "job.json", distributed="fsdp", num_processes=2, cpu=True)
     assert "--use_deepspeed" in launch.build_launch_command(job, "job.json", distributed="deepspeed", num_processes=8)
+    loopback = launch.build_launch_command(job, "job.json", num_processes=2, cpu=True, main_process_ip="127.0.0.1",
+                                           main_process_port=29123)
+    assert "--standalone" not in loopback and loopback[loopback.index("--master_addr") + 1:][:3] == [
+        "127.0.0.1", "--master_port", "29123"]
+
+
+@pytest.mark.parametrize("distributed", ["fsdp", "deepspeed"])
+def test_sharded_training_on_cpu_is_refused_not_run_as_ddp(monkeypatch, distributed):
+    """Accelerate 1.15 builds MULTI_CPU (plain DDP) on CPU even under ACCELERATE_USE_FSDP=true: refuse instead."""
+    import torch
+
+    from training_assets.trainers.accelerate_launch import make_accelerator
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv({"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}[distributed], "true")
+    with pytest.raises(RuntimeError, match=rf"distributed='{distributed}' needs GPUs.*use distributed='ddp'"):
+        make_accelerator(TrainConfig(distributed=distributed))
 
 
 def test_the_seeds_launch_calls(tmp_path, monkeypatch):

@@ -1,16 +1,21 @@
-"""Resume after SIGKILL — also one during a checkpoint write — continues the identical run."""
+"""Resume after SIGKILL — also one during a checkpoint write — or from behind a damaged checkpoint continues the identical run."""
 
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+import torch
+
 from training_assets.trainers import TrainConfig, get_trainer
 from training_assets.trainers.accelerate_launch import write_job
-from training_assets.trainers.checkpoints import checkpoint_dirs
+from training_assets.trainers.checkpoints import CheckpointError, checkpoint_dirs, verify_checkpoint
 
 HERE = Path(__file__).parent
 
@@ -76,8 +81,77 @@ def test_sigkill_during_checkpoint_write_and_during_training_resumes_identically
 
 
 def test_resume_from_names_a_missing_checkpoint(tmp_path, tokenizer, windows):
-    import pytest
-
     config = TrainConfig(output_dir=str(tmp_path), max_steps=1, resume_from=str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match="not a checkpoint dir"):
         get_trainer("pretrain", config, tokenizer=tokenizer).train(windows)
+
+
+def _damage(ckpt, how):
+    weights = ckpt / "model.safetensors"
+    if how == "truncate":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])
+    elif how == "flip":  # same size, one byte of a tensor changed: only the recorded SHA-256 catches it
+        data = bytearray(weights.read_bytes())
+        data[-5] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    elif how == "missing":
+        (ckpt / "trainer_state.pt").unlink()
+    elif how == "bad_json":
+        (ckpt / "trainer_state.json").write_text('{"format": 2, "step": ')
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tokenizer_dir, tokenizer, windows):
+    """8 steps with a checkpoint every 2 (all kept), and the final weights."""
+    from safetensors.torch import load_file
+
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    result = get_trainer("pretrain", _durable_config(tokenizer_dir, out), tokenizer=tokenizer).train(windows)
+    assert [p.name for p in checkpoint_dirs(out)] == [f"checkpoint-{s:06d}" for s in (2, 4, 6, 8)]
+    return out, result.loop.losses, load_file(str(out / "final" / "model.safetensors"))
+
+
+def _durable_config(tokenizer_dir, out, resume_from="auto"):
+    return TrainConfig(tokenizer=str(tokenizer_dir), output_dir=str(out), max_steps=8, batch_size=4, lr=3e-3,
+                       warmup_steps=2, lr_scheduler="cosine", save_steps=2, save_total_limit=0,
+                       resume_from=resume_from, seed=3, torch_threads=1)
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip", "missing", "bad_json"])
+def test_a_damaged_newest_checkpoint_is_skipped_and_resume_takes_the_one_before(uninterrupted, tmp_path, tokenizer_dir,
+                                                                                tokenizer, windows, how, caplog):
+    from safetensors.torch import load_file
+
+    source, losses, final = uninterrupted
+    out = tmp_path / "run"  # the run as it stood after step 6: checkpoints 2, 4, 6, the newest damaged
+    shutil.copytree(source, out, ignore=shutil.ignore_patterns("checkpoint-000008", "final"))
+    _damage(out / "checkpoint-000006", how)
+
+    with pytest.raises(CheckpointError, match="checkpoint-000006"):  # named explicitly: an error, no fallback
+        get_trainer("pretrain", _durable_config(tokenizer_dir, out, str(out / "checkpoint-000006")),
+                    tokenizer=tokenizer).train(windows)
+    with caplog.at_level(logging.WARNING, logger="training_assets.trainers"):
+        resumed = get_trainer("pretrain", _durable_config(tokenizer_dir, out), tokenizer=tokenizer).train(windows)
+    assert resumed.loop.resumed_from.endswith("checkpoint-000004")
+    assert any("skipping checkpoint" in r.message and "checkpoint-000006" in r.message for r in caplog.records)
+    assert resumed.loop.losses == losses  # steps 5–8 retrained: the same trajectory, bit for bit
+    resumed_final = load_file(str(out / "final" / "model.safetensors"))
+    assert resumed_final.keys() == final.keys()
+    assert all(torch.equal(resumed_final[k], final[k]) for k in final)
+    verify_checkpoint(out / "checkpoint-000006")  # rewritten whole by the resumed run
+
+
+def test_checkpoints_load_in_plain_transformers(uninterrupted):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    source, _, _ = uninterrupted
+    ckpt = source / "checkpoint-000004"
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt))
+    saved = load_file(str(ckpt / "model.safetensors"))
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in saved.items())
+    info = json.loads((ckpt / "trainer_state.json").read_text())
+    assert (info["step"], info["world_size"], info["layout"]) == (4, 1, "replicated")
+    assert set(info["files"]) == {"config.json", "model.safetensors", "trainer_state.pt"}

@@ -56,8 +56,9 @@ def load_examples(spec: dict[str, Any]) -> list[dict[str, Any]]:
 def make_accelerator(config: Any) -> Any:
     """An Accelerator when a launcher started several processes or a distributed mode is asked for, else None.
 
-    FSDP and DeepSpeed come from ``accelerate launch`` with their config; under another launcher
-    they would silently train as plain DDP, so that is refused.
+    FSDP and DeepSpeed come from ``accelerate launch`` with their config on GPUs; under another
+    launcher, or on CPU (Accelerate 1.15 builds ``MULTI_CPU``, i.e. DDP, even with
+    ``ACCELERATE_USE_FSDP=true``), they would silently train as plain DDP, so that is refused.
     """
     from training_assets.launch import check_launched
 
@@ -72,7 +73,16 @@ def make_accelerator(config: Any) -> Any:
     import torch
     from accelerate import Accelerator
 
-    return Accelerator(cpu=not torch.cuda.is_available())
+    if flag and not torch.cuda.is_available():
+        raise RuntimeError(f"distributed={config.distributed!r} needs GPUs: Accelerate sets up {config.distributed} only "
+                           "on accelerators, and on CPU it would silently train as plain DDP; use distributed='ddp' "
+                           "(torchrun over gloo) on CPU")
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    wanted = {"fsdp": "FSDP", "deepspeed": "DEEPSPEED"}.get(config.distributed)
+    if wanted and accelerator.distributed_type.value != wanted:
+        raise RuntimeError(f"distributed={config.distributed!r} but Accelerate set up {accelerator.distributed_type.value}; "
+                           f"check the accelerate config file ({config.distributed}) passed to `accelerate launch`")
+    return accelerator
 
 
 def run_job(job: dict[str, Any], log_fn: Any = None) -> dict[str, Any]:

@@ -131,7 +131,7 @@ class TrainerBase:
         """
         from training_assets import tracking
         from training_assets.launch import check_launched
-        from training_assets.trainers import modeling
+        from training_assets.trainers import checkpoints, modeling
         from training_assets.trainers.loop import run_loop
 
         check_launched(self.config, self.kind, self.accelerator)
@@ -154,8 +154,7 @@ class TrainerBase:
                               self.config, accelerator=self.accelerator, callbacks=(*self.callbacks, run.log_step),
                               planned_steps=plan.planned_steps)
             final = Path(self.config.output_dir) / "final"
-            if is_main:
-                modeling.save_final(model, final)
+            checkpoints.save_model_dir(model, final, self.accelerator)  # every rank: gathering shards is collective
             run.finish(result, str(final))
         return TrainResult(kind=self.kind, plan=plan, loop=result, checkpoint_dir=str(final.resolve()),
                            adapter=self.config.lora is not None,

@@ -67,25 +67,40 @@ class DataSchedule:
     """Which examples each micro-batch holds: a per-epoch permutation seeded by ``(seed, epoch)``.
 
     Global micro-batch ``g`` of an epoch covers ``perm[g·B·W : (g+1)·B·W]`` (B = batch_size,
-    W = processes); process ``r`` takes rows ``[r·B, (r+1)·B)`` of it. With several processes the
-    last partial micro-batch is dropped so every rank gets the same number of rows.
+    W = processes); process ``r`` takes rows ``[r·B, (r+1)·B)`` of it, so the ranks' rows are
+    disjoint. With several processes the last partial micro-batch is dropped so every rank gets
+    the same number of rows.
+
+    Cost: the epoch's permutation is drawn once, when the schedule first enters that epoch, and
+    kept (8 bytes per example); each micro-batch is then a slice, O(B). Any position — a resume
+    — is reached directly, without replaying the micro-batches before it.
     """
 
     def __init__(self, n_examples: int, batch_size: int, seed: int, world_size: int = 1, rank: int = 0,
                  shuffle: bool = True) -> None:
         if n_examples <= 0:
             raise ValueError("DataSchedule: no examples to train on")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"DataSchedule: rank {rank} is outside world_size {world_size}")
         self.n, self.batch_size, self.seed, self.world, self.rank, self.shuffle = n_examples, batch_size, seed, world_size, rank, shuffle
         global_batch = batch_size * world_size
         self.per_epoch = math.ceil(n_examples / global_batch) if world_size == 1 else n_examples // global_batch
         if self.per_epoch == 0:
             raise ValueError(f"{n_examples} examples cannot fill one global batch of {global_batch} over {world_size} processes")
+        self._epoch, self._order = -1, np.arange(0)
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The example order of ``epoch`` (drawn on first use, then cached until the next epoch)."""
+        if epoch != self._epoch:
+            self._order = (np.random.default_rng([self.seed, epoch]).permutation(self.n) if self.shuffle
+                           else np.arange(self.n))
+            self._epoch = epoch
+        return self._order
 
     def indices(self, position: int) -> list[int]:
         epoch, g = divmod(position, self.per_epoch)
-        order = (np.random.default_rng([self.seed, epoch]).permutation(self.n) if self.shuffle else np.arange(self.n))
         start = g * self.batch_size * self.world + self.rank * self.batch_size
-        return [int(i) for i in order[start:start + self.batch_size]]
+        return self.epoch_order(epoch)[start:start + self.batch_size].tolist()
 
 
 def build_optimizer(params: list[Any], config: TrainConfig) -> Any:
@@ -168,6 +183,7 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
     optimizer = build_optimizer(params, config)
     if accelerator is not None:
         model, optimizer = accelerator.prepare(model, optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]  # FSDP2 swaps in sharded params
     raw_model = accelerator.unwrap_model(model) if accelerator is not None else model
     scheduler = get_scheduler(config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps,
                               num_training_steps=total_steps)
@@ -177,7 +193,7 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
     step, position, losses, resumed_from = 0, 0, [], None
     resume = checkpoints.resolve_resume(config.resume_from, config.output_dir)
     if resume is not None:
-        restored = checkpoints.load_checkpoint(resume, raw_model, optimizer, scheduler, scaler)
+        restored = checkpoints.load_checkpoint(resume, raw_model, optimizer, scheduler, scaler, accelerator)
         step, position, losses = restored["step"], restored["data_position"], list(restored["losses"])
         resumed_from = str(resume)
         log.info("resumed from %s at step %d (data position %d)", resume, step, position)
@@ -243,10 +259,7 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
 
 def _save(accelerator: Any, is_main: bool, config: TrainConfig, step: int, model: Any, optimizer: Any, scheduler: Any,
           scaler: Any, position: int, losses: list[float]) -> str | None:
-    path = None
-    if is_main:
-        path = str(checkpoints.save_checkpoint(config.output_dir, step, model, optimizer, scheduler, scaler, position,
-                                               losses, config.to_dict(), config.save_total_limit))
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
-    return path
+    """Every rank calls it: gathering sharded (FSDP / ZeRO-3) state is a collective; rank 0 writes."""
+    path = checkpoints.save_checkpoint(config.output_dir, step, model, optimizer, scheduler, scaler, position, losses,
+                                       config.to_dict(), config.save_total_limit, accelerator=accelerator)
+    return str(path) if is_main else None
