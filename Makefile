@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= train,eval,dev,wandb
+# pytest-xdist workers for `make test` (0: one process). Each test folder stays on one worker.
+TEST_WORKERS ?= 2
 
 export DAGSTER_HOME := $(CURDIR)/dagster_home
 export TRAINING_ASSETS_DATA ?= $(CURDIR)/data
@@ -27,7 +29,7 @@ demo: setup
 	$(BIN)/training-assets demo
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 ui: setup
 	$(BIN)/dagster dev -m training_assets.definitions -h 127.0.0.1 -p 3000

@@ -134,7 +134,7 @@ def test_lineage_upstream_and_downstream_keys(stack):
 
 
 def test_daemon_crash_mid_stream_loses_and_repeats_no_batch(stack):
-    n = 20
+    n = 10  # five before the crash, five after: each run is a subprocess, so more batches add minutes, not proof
     batches = tiny_batches(n)
     names = [f"stream-{i:02d}.jsonl" for i in range(n)]
     dropped: list[str] = []
