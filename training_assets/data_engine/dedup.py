@@ -159,6 +159,30 @@ def raw_jaccard(hash_offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.nd
     return similarity
 
 
+def packed_jaccard(data: np.ndarray, offsets: np.ndarray, ngram: int) -> Callable[[np.ndarray, float], np.ndarray]:
+    """Exact Jaccard from the packed texts themselves: on each call, the documents in the pairs
+    not seen before are copied out (``take_docs``) and shingled into sorted sets
+    (``shingle_hashes``); sets already built are reused. Only candidate documents are ever
+    shingled into memory, so no corpus-sized shingle array exists."""
+    n_docs = len(offsets) - 1
+    slot = np.full(n_docs, -1, np.int64)  # document -> its row in the built sets, or -1
+    state = {"offsets": np.zeros(1, np.int64), "hashes": np.zeros(0, np.uint64)}
+
+    def similarity(pairs: np.ndarray, floor: float) -> np.ndarray:
+        seen = np.zeros(n_docs, bool)
+        seen[pairs.ravel()] = True
+        new = np.nonzero(seen & (slot < 0))[0]
+        if len(new):
+            sub_offsets, sub_hashes = K.shingle_hashes(*K.take_docs(data, offsets, new), ngram)
+            base = len(state["offsets"]) - 1
+            slot[new] = base + np.arange(len(new))
+            state["offsets"] = np.concatenate([state["offsets"][:-1], sub_offsets + state["offsets"][-1]])
+            state["hashes"] = np.concatenate([state["hashes"], sub_hashes])
+        set_offsets = state["offsets"]
+        return K.jaccard_pairs(slot[pairs], set_offsets[:-1], set_offsets[1:], state["hashes"], floor)
+    return similarity
+
+
 def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
     return packed_features(*pack_texts(texts), params)
 
@@ -166,9 +190,8 @@ def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
 def packed_features(data: np.ndarray, offsets: np.ndarray, params: DedupParams) -> Features:
     """Features of a packed corpus (``pack_texts``'s data uint8[B] and offsets int64[N+1])."""
     if params.method == "minhash":
-        hash_offsets, hashes, signatures = K.shingle_signatures(data, offsets, params.ngram, params.num_perm,
-                                                                K.oph_salt(params.seed))
-        return Features(signatures, np.diff(hash_offsets) > 0, raw_jaccard(hash_offsets, hashes))
+        signatures, counts = K.minhash_sketch(data, offsets, params.ngram, params.num_perm, K.oph_salt(params.seed))
+        return Features(signatures, counts > 0, packed_jaccard(data, offsets, params.ngram))
     feat_offsets, ids, weights = K.hashed_features(data, offsets, N_HASHED_FEATURES)
     bits = K.hyperplane_signatures(feat_offsets, ids, weights, params.num_perm, params.seed)
     return Features(bits, np.diff(feat_offsets) > 0,
