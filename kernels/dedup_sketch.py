@@ -22,12 +22,10 @@ from .dedup_minhash import EMPTY_BIN, EMPTY_MINHASH, _bin_of, _densify
 def _add(row, shingle, salt, n_bins):
     y = fmix64(shingle ^ salt)
     b = _bin_of(y, n_bins)
-    v = y & np.uint64(0xFFFFFFFF)
-    if v < row[b]:
-        row[b] = v
+    row[b] = min(row[b], y & np.uint64(0xFFFFFFFF))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sketch_doc(data, start, end, ngram, salt, top_power, row, ring, out):
     """MinHash of one document into ``out`` (uint32[P]); returns its shingle count (repeats
     counted). ``top_power`` = P^(ngram-1) (wrapping): the weight of the word leaving the window.
