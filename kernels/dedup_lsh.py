@@ -39,22 +39,14 @@ def lsh_candidates(keys, nonempty):
         column = np.empty(n_keys, np.uint64)
         for x in range(n_keys):
             column[x] = keys[docs[x], j]
-        group = np.zeros((1 << bits) + 1, np.int64)
-        for x in range(n_keys):
-            group[(column[x] >> shift) + np.uint64(1)] += 1
-        for g in range(1 << bits):
-            group[g + 1] += group[g]
-        fill = group[:-1].copy()
         sorted_keys = np.empty(n_keys, np.uint64)
-        for x in range(n_keys):
-            g = column[x] >> shift
-            sorted_keys[fill[g]] = column[x]
-            members[j, fill[g]] = docs[x]
-            fill[g] += 1
-        for g in range(1 << bits):
-            lo, hi = group[g], group[g + 1]
-            if hi - lo < 2:
-                continue
+        _group_by_top_bits(column, docs, bits, sorted_keys, members[j])
+        lo = 0
+        while lo < n_keys:
+            hi = lo + 1
+            top = sorted_keys[lo] >> shift
+            while hi < n_keys and sorted_keys[hi] >> shift == top:
+                hi += 1
             for x in range(lo + 1, hi):  # insertion sort by full key inside the group
                 key, doc = sorted_keys[x], members[j, x]
                 y = x - 1
@@ -74,6 +66,7 @@ def lsh_candidates(keys, nonempty):
                         bucket_start[members[j, x], j] = i
                         bucket_end[members[j, x], j] = e
                 i = e
+            lo = hi
     mark = np.full(n_docs, -1, np.int64)
     total = 0
     for a in range(n_docs):
@@ -102,6 +95,47 @@ def lsh_candidates(keys, nonempty):
     pairs[:, 0] = first_doc
     pairs[:, 1] = second_doc
     return pairs
+
+
+@njit(cache=True)
+def _group_by_top_bits(column, docs, bits, out_keys, out_docs):
+    """Stable counting sort of ``column`` (with ``docs`` alongside) by the top ``bits`` bits,
+    in two passes: the top (up to) 8 bits first, into 256 output streams (sequential writes the
+    caches absorb), then the remaining bits inside each partition, whose few thousand values
+    stay in cache. One pass over 2^17 groups scattered every write to a random cache line."""
+    n = column.shape[0]
+    high = min(bits, 8)
+    low = bits - high
+    shift_high = np.uint64(64 - high)
+    shift_low = np.uint64(64 - bits)
+    mask_low = np.uint64((1 << low) - 1)
+    starts = np.zeros((1 << high) + 1, np.int64)
+    for x in range(n):
+        starts[(column[x] >> shift_high) + np.uint64(1)] += 1
+    for g in range(1 << high):
+        starts[g + 1] += starts[g]
+    fill = starts[:-1].copy()
+    tmp_keys = np.empty(n, np.uint64)
+    tmp_docs = np.empty(n, np.int64)
+    for x in range(n):
+        g = column[x] >> shift_high
+        tmp_keys[fill[g]] = column[x]
+        tmp_docs[fill[g]] = docs[x]
+        fill[g] += 1
+    counts = np.zeros((1 << low) + 1, np.int64)
+    for g in range(1 << high):
+        lo, hi = starts[g], starts[g + 1]
+        counts[:] = 0
+        for x in range(lo, hi):
+            counts[((tmp_keys[x] >> shift_low) & mask_low) + np.uint64(1)] += 1
+        counts[0] = lo
+        for c in range(1 << low):
+            counts[c + 1] += counts[c]
+        for x in range(lo, hi):
+            c = (tmp_keys[x] >> shift_low) & mask_low
+            out_keys[counts[c]] = tmp_keys[x]
+            out_docs[counts[c]] = tmp_docs[x]
+            counts[c] += 1
 
 
 @njit(cache=True, parallel=True)
