@@ -112,6 +112,19 @@ def test_fused_signatures_equal_two_step_and_sorting_only_touches_the_listed_doc
             assert block == before[raw_offsets[d]:raw_offsets[d + 1]].tolist()
 
 
+@pytest.mark.parametrize("ngram", [1, 3, 5, 13])
+def test_streamed_sketch_is_bit_identical_to_signatures_of_the_stored_shingles(packed, ngram):
+    """minhash_sketch rolls the shingle hash over a ring of word hashes and never stores a
+    shingle; its signatures and shingle counts must equal the two-step kernels' exactly."""
+    _, raw, data, offsets = packed
+    o, h = K.shingle_hashes(data, offsets, ngram)
+    raw_offsets, _, _ = K.shingle_signatures(data, offsets, ngram, 32, K.oph_salt(3))
+    sig, counts = K.minhash_sketch(data, offsets, ngram, 32, K.oph_salt(3))
+    np.testing.assert_array_equal(sig, K.minhash_signatures(o, h, 32, K.oph_salt(3)))
+    np.testing.assert_array_equal(counts, np.diff(raw_offsets))
+    assert (counts == 0).tolist() == [not d.split() for d in raw]
+
+
 def test_minhash_agreement_is_an_unbiased_jaccard_estimate_even_for_small_sets():
     """Densified one-permutation hashing: P(bin agrees) = Jaccard, also when most bins are empty."""
     rng = np.random.default_rng(5)

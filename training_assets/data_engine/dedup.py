@@ -24,11 +24,15 @@ Same records, parameters and seed give the same result, whatever the thread coun
 
 from __future__ import annotations
 
+import gc
 import hashlib
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
 from training_assets_kernels import dedup as K
@@ -38,6 +42,28 @@ METHODS = ("minhash", "cosine")
 DEFAULT_SEED = 42
 N_HASHED_FEATURES = 1 << 20
 PACK_CHUNK = 1 << 24  # characters per join+encode step of an ASCII corpus (16 MB of temporaries)
+# Work per extra Numba thread before a stage goes parallel: a parallel region costs ~0.01 ms on
+# an idle machine but 1-40 ms on a loaded one (threads wait to be scheduled), so a stage smaller
+# than this runs on one thread. Units: bytes for byte-bound stages, documents for LSH.
+BYTES_PER_THREAD = 4 << 20
+DOCS_PER_THREAD = 50_000
+
+
+@contextmanager
+def threads_for(work: int, per_thread: int) -> Iterator[int]:
+    """Run the block on ``min(configured threads, work // per_thread)`` (>= 1) Numba threads.
+
+    Results never depend on the thread count (the kernels write disjoint slices), only the time.
+    """
+    configured = numba.get_num_threads()
+    wanted = max(1, min(configured, work // per_thread))
+    if wanted != configured:
+        numba.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
+        if wanted != configured:
+            numba.set_num_threads(configured)
 
 
 @dataclass(frozen=True)
@@ -159,18 +185,47 @@ def raw_jaccard(hash_offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.nd
     return similarity
 
 
+def packed_jaccard(data: np.ndarray, offsets: np.ndarray, ngram: int) -> Callable[[np.ndarray, float], np.ndarray]:
+    """Exact Jaccard from the packed texts themselves: on each call, the documents in the pairs
+    not seen before are copied out (``take_docs``) and shingled into sorted sets
+    (``shingle_hashes``); sets already built are reused. Only candidate documents are ever
+    shingled into memory, so no corpus-sized shingle array exists."""
+    n_docs = len(offsets) - 1
+    slot = np.full(n_docs, -1, np.int64)  # document -> its row in the built sets, or -1
+    state = {"offsets": np.zeros(1, np.int64), "hashes": np.zeros(0, np.uint64)}
+
+    def similarity(pairs: np.ndarray, floor: float) -> np.ndarray:
+        seen = np.zeros(n_docs, bool)
+        seen[pairs.ravel()] = True
+        new = np.nonzero(seen & (slot < 0))[0]
+        if len(new):
+            sub_data, sub_offsets = K.take_docs(data, offsets, new)
+            with threads_for(len(sub_data), BYTES_PER_THREAD):
+                sub_offsets, sub_hashes = K.shingle_hashes(sub_data, sub_offsets, ngram)
+            del sub_data
+            base = len(state["offsets"]) - 1
+            slot[new] = base + np.arange(len(new))
+            state["offsets"] = np.concatenate([state["offsets"][:-1], sub_offsets + state["offsets"][-1]])
+            state["hashes"] = np.concatenate([state["hashes"], sub_hashes])
+        set_offsets = state["offsets"]
+        with threads_for(8 * len(state["hashes"]), BYTES_PER_THREAD):
+            return K.jaccard_pairs(slot[pairs], set_offsets[:-1], set_offsets[1:], state["hashes"], floor)
+    return similarity
+
+
 def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
     return packed_features(*pack_texts(texts), params)
 
 
 def packed_features(data: np.ndarray, offsets: np.ndarray, params: DedupParams) -> Features:
     """Features of a packed corpus (``pack_texts``'s data uint8[B] and offsets int64[N+1])."""
-    if params.method == "minhash":
-        hash_offsets, hashes, signatures = K.shingle_signatures(data, offsets, params.ngram, params.num_perm,
-                                                                K.oph_salt(params.seed))
-        return Features(signatures, np.diff(hash_offsets) > 0, raw_jaccard(hash_offsets, hashes))
-    feat_offsets, ids, weights = K.hashed_features(data, offsets, N_HASHED_FEATURES)
-    bits = K.hyperplane_signatures(feat_offsets, ids, weights, params.num_perm, params.seed)
+    with threads_for(len(data), BYTES_PER_THREAD):
+        if params.method == "minhash":
+            signatures, counts = K.minhash_sketch(data, offsets, params.ngram, params.num_perm,
+                                                  K.oph_salt(params.seed))
+            return Features(signatures, counts > 0, packed_jaccard(data, offsets, params.ngram))
+        feat_offsets, ids, weights = K.hashed_features(data, offsets, N_HASHED_FEATURES)
+        bits = K.hyperplane_signatures(feat_offsets, ids, weights, params.num_perm, params.seed)
     return Features(bits, np.diff(feat_offsets) > 0,
                     lambda pairs, floor: K.cosine_pairs(pairs, feat_offsets, ids, weights))
 
@@ -178,8 +233,9 @@ def packed_features(data: np.ndarray, offsets: np.ndarray, params: DedupParams) 
 def candidate_pairs(signatures: np.ndarray, nonempty: np.ndarray, bands: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Unique candidate pairs int64[M, 2] (a < b, sorted) and the band-key matrix uint64[N, bands]:
     documents sharing a band key in any band (``K.lsh_candidates``)."""
-    keys = K.band_keys(signatures, bands, rows)
-    return K.lsh_candidates(keys, nonempty), keys
+    with threads_for(len(signatures), DOCS_PER_THREAD):
+        keys = K.band_keys(signatures, bands, rows)
+        return K.lsh_candidates(keys, nonempty), keys
 
 
 @dataclass
@@ -210,17 +266,34 @@ class DedupResult:
         return dict(sorted(hist.items()))
 
 
-def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+def _lap(timings: dict[str, float] | None, stage: str, since: tuple[float, float]) -> tuple[float, float]:
+    """Add the wall seconds since ``since`` to ``timings[stage]`` and the process CPU seconds
+    (all threads) to ``timings[stage + "_cpu"]``, when timings are asked for; -> now (``_now``)."""
+    now = _now()
+    if timings is not None:
+        timings[stage] = timings.get(stage, 0.0) + now[0] - since[0]
+        timings[stage + "_cpu"] = timings.get(stage + "_cpu", 0.0) + now[1] - since[1]
+    return now
+
+
+def _now() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams,
+                 timings: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """Near-dup clustering of already exact-deduplicated documents given their features.
 
     -> (root int64[N]: index of each document's representative, verified pairs int64[M, 2],
     similarities float64[M], stats). Shared by in-memory ``dedup`` and the staged store.
+    ``timings``: when given, seconds per stage are added to it (``lsh``, ``verify``, ``clusters``).
     """
     n = len(ids)
+    t = _now()
     bands, rows = lsh_params(params.threshold, params.num_perm, params.target_recall, params.method)
     nonempty = features.nonempty
     candidates, _ = candidate_pairs(features.signatures, nonempty, bands, rows)
+    t = _lap(timings, "lsh", t)
     if params.method == "minhash":
         # Every MinHash candidate gets the exact Jaccard: the check stops as soon as a pair can no
         # longer reach the threshold, so clearly dissimilar candidates are cheap anyway, and the
@@ -246,7 +319,9 @@ def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams
     pairs = np.concatenate([candidates[sure], candidates[check]])
     sims = np.concatenate([estimate, features.similarity(candidates[check], params.threshold) if check.any() else np.zeros(0)])
     good = sims >= params.threshold
+    t = _lap(timings, "verify", t)
     root = K.union_find(n, pairs[good]) if n else np.zeros(0, np.int64)
+    _lap(timings, "clusters", t)
     stats = {"bands": bands, "rows": rows, "candidate_pairs": int(len(candidates)),
              "accepted_on_signature": int(sure.sum()), "checked_exactly": int(check.sum()),
              "verified_pairs": int(good.sum()), "empty_documents": int((~nonempty).sum())}
@@ -255,13 +330,16 @@ def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams
 
 def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold: float = 0.8, num_perm: int = 128,
           ngram: int = 5, seed: int = DEFAULT_SEED, target_recall: float = 0.995,
-          features: Features | None = None) -> DedupResult:
+          features: Features | None = None, timings: dict[str, float] | None = None) -> DedupResult:
     """Remove exact and near duplicates from ``records`` (dicts with ``id`` and ``text``).
 
     ``features``: precomputed features of every record, in order (the staged store passes the
     stored signatures so they are not recomputed); by default they are computed here. See the
-    module docstring for the pipeline and the representative rule.
+    module docstring for the pipeline and the representative rule. ``timings``: when given, the
+    seconds of each stage are added to it (``pack``, ``exact``, ``features``, ``lsh``, ``verify``,
+    ``clusters``, ``assemble``); they are kept out of ``stats`` so that stays deterministic.
     """
+    t = _now()
     params = DedupParams(method, threshold, num_perm, ngram, seed, target_recall)
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
@@ -270,8 +348,11 @@ def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold:
     # Exact duplicates: a 64-bit hash of each text's UTF-8 bytes, computed in parallel over the
     # packed buffer the features need anyway, then a byte comparison inside equal-hash groups.
     data, offsets = pack_texts([r["text"] for r in records])
-    exact_root = K.exact_roots(data, offsets) if len(records) else np.zeros(0, np.int64)
+    t = _lap(timings, "pack", t)
+    with threads_for(len(data), 8 * BYTES_PER_THREAD):  # a hash at memory speed: more bytes per thread
+        exact_root = K.exact_roots(data, offsets) if len(records) else np.zeros(0, np.int64)
     unique = np.nonzero(exact_root == np.arange(len(records)))[0]
+    t = _lap(timings, "exact", t)
     if features is None:
         if len(unique) < len(records):
             data, offsets = K.take_docs(data, offsets, unique)
@@ -279,11 +360,29 @@ def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold:
     else:
         features = features.take(unique)
     del data, offsets
-    near_root, pairs, sims, stats = dedup_unique([ids[i] for i in unique], features, params)
+    _lap(timings, "features", t)
+    near_root, pairs, sims, stats = dedup_unique([ids[i] for i in unique], features, params, timings)
+    t = _now()
     root = unique[near_root][np.searchsorted(unique, exact_root)] if len(records) else exact_root
-    return assemble(records, root, exact_root, unique[pairs] if len(pairs) else pairs, sims,
-                    {"method": method, "threshold": threshold, "num_perm": num_perm, "ngram": ngram, "seed": seed,
-                     **stats})
+    result = assemble(records, root, exact_root, unique[pairs] if len(pairs) else pairs, sims,
+                      {"method": method, "threshold": threshold, "num_perm": num_perm, "ngram": ngram, "seed": seed,
+                       **stats})
+    _lap(timings, "assemble", t)
+    return result
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector while the block allocates many containers: each
+    collection it would trigger walks every tracked object, the caller's records included (at
+    10^6 records, assembling spent most of its time there). Nothing built here forms a cycle."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def assemble(records: Sequence[dict[str, Any]], root: np.ndarray, exact_root: np.ndarray,
@@ -292,6 +391,12 @@ def assemble(records: Sequence[dict[str, Any]], root: np.ndarray, exact_root: np
 
     pair_index: int64[M, 2] record indices of the verified pairs, sims: float64[M].
     """
+    with _gc_paused():
+        return _assemble(records, root, exact_root, pair_index, sims, stats)
+
+
+def _assemble(records: Sequence[dict[str, Any]], root: np.ndarray, exact_root: np.ndarray,
+              pair_index: np.ndarray, sims: np.ndarray, stats: dict[str, Any]) -> DedupResult:
     best = np.zeros(len(records))  # each record's best similarity to anything in its cluster
     if len(pair_index):
         np.maximum.at(best, pair_index[:, 0], sims)
