@@ -69,8 +69,12 @@ def test_server_refusing_the_adapter_registers_nothing(registry, tiny_checkpoint
 
 
 def test_registry_failure_after_the_load_unloads_the_adapter(registry, tiny_checkpoints, fake_vllm, monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("registry down")
+    create = registry.client.create_model_version
+
+    def broken(name, *args, **kwargs):  # the base registers; the adapter's own version fails
+        if name == "agent-model":
+            raise RuntimeError("registry down")
+        return create(name, *args, **kwargs)
 
     monkeypatch.setattr(registry.client, "create_model_version", broken)
     target = DeploymentTarget("generator", "agent", fake_vllm.base_url)
@@ -79,6 +83,7 @@ def test_registry_failure_after_the_load_unloads_the_adapter(registry, tiny_chec
     assert fake_vllm.adapters == {}
     monkeypatch.undo()
     assert registry.list() == []
+    assert registry.client.search_model_versions("name='agent-model-base'") == [], "the base it created is gone too"
 
 
 def test_full_model_or_no_server_records_the_exact_serve_command(tiny_checkpoints, fake_vllm):
