@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 import urllib.parse
 import urllib.request
@@ -55,7 +54,6 @@ SERVE_DIR_ENV = "TRAINING_ASSETS_SERVE_DIR"
 UI_URL_ENV = "TRAINING_ASSETS_MLFLOW_UI_URL"
 _ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
-_METRIC_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 
 @dataclass(frozen=True)
@@ -111,17 +109,6 @@ def default_serve_dir(tracking_uri: str) -> Path:
     if tracking_uri.startswith("sqlite:///"):
         return Path(tracking_uri.removeprefix("sqlite:///")).parent / "served"
     return paths.data_root() / "registry" / "served"
-
-
-def _flat_numbers(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        name = _METRIC_KEY.sub("_", f"{prefix}{key}")
-        if isinstance(value, Mapping):
-            out.update(_flat_numbers(value, f"{name}."))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
 
 
 def promotion_verdict(eval_report: Mapping[str, Any], manifest: CheckpointManifest) -> tuple[bool, str]:
@@ -294,7 +281,7 @@ class ModelRegistry:
 
     def _eval_tags(self, run_id: str, eval_summary: Mapping[str, Any]) -> dict[str, str]:
         """Log the eval metrics to the run; return them and the gate verdict as tags (set on run and version)."""
-        metrics = _flat_numbers(eval_summary.get("metrics") or {})
+        metrics = store.flat_numbers(eval_summary.get("metrics") or {})
         for key, value in sorted(metrics.items()):
             self.client.log_metric(run_id, key, value)
         tags = {f"metric.{k}": repr(v) for k, v in metrics.items()}
@@ -339,26 +326,6 @@ class ModelRegistry:
         client.set_terminated(run_id, "FINISHED")
         return number
 
-    def _clean_up(self, created: list[tuple[str, Any]]) -> str:
-        """Remove what a failed registration created, newest first; say what was done and what was not."""
-        done, failed = [], []
-        for kind, item in reversed(created):
-            try:
-                if kind == "version":
-                    self.client.delete_model_version(*item)
-                    done.append(f"version {item[0]}/{item[1]}")
-                elif kind == "run":
-                    store.delete_run_artifacts(self.client, item, self.tracking_uri)
-                    self.client.delete_run(item)
-                    done.append(f"run {item} and its artifacts")
-                else:
-                    shutil.rmtree(item, ignore_errors=False) if Path(item).exists() else None
-                    done.append(f"served folder {item}")
-            except Exception as exc:  # noqa: BLE001 - reported to the caller, never hidden
-                failed.append(f"{kind} {item}: {exc}")
-        text = "removed " + (", ".join(done) or "nothing")
-        return text + (f"; COULD NOT REMOVE {'; '.join(failed)}" if failed else "")
-
     def register(self, checkpoint_path: str | os.PathLike[str], target: DeploymentTarget, checkpoint_id: str,
                  lineage: Lineage | None = None) -> ModelDefinition:
         """Register ``checkpoint_path`` for ``target.role``, deploy it, and return its definition.
@@ -402,7 +369,7 @@ class ModelRegistry:
                 artifact_uri=f"runs:/{run_id}/{store.MODEL_DIR}", base=base_ref, run_url=self._run_url(run_id))
             version = self._create_version(run_id, definition, eval_tags)
         except BaseException as exc:
-            cleaned = self._clean_up(created)
+            cleaned = store.remove_created(self.client, self.tracking_uri, created)
             try:
                 undone = undo_deploy(deployment) if deployment is not None else "nothing deployed"
             except DeploymentError as undo_exc:

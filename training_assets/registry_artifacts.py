@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ MODEL_DIR = "model"
 FLAVOR = "training_assets_hf"
 BASE_REF_FILE = "base.json"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+_METRIC_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 _NOT_TOKENIZER = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "config.json", "generation_config.json",
                   "*.safetensors.index.json", "adapter_config.json", "manifest.json", "MLmodel")
 
@@ -129,6 +132,26 @@ def link_version(target: Path, version: int) -> Path:
     return link
 
 
+def resolve_model_uri(model_uri: str, tracking_uri: str | None) -> str:
+    """``models:/<name>@<alias>`` or ``models:/<name>/<version>`` -> that version's artifact URI on ``tracking_uri``.
+
+    MLflow's own ``models:/`` resolution asks the *global* registry URI (``MLFLOW_REGISTRY_URI`` /
+    ``mlflow.set_registry_uri``) whatever ``registry_uri`` is passed; this asks the given server.
+    """
+    if not model_uri.startswith("models:/") or tracking_uri is None:
+        return model_uri
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    rest = model_uri.removeprefix("models:/")
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+        version = client.get_model_version_by_alias(name, alias).version
+    else:
+        name, version = rest.rsplit("/", 1)
+    return client.get_model_version_download_uri(name, version)
+
+
 def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os.PathLike[str] | None = None,
                   **kwargs: Any) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from ``models:/<name>@<role>`` (or any URI of a version's ``model/``).
@@ -142,7 +165,8 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
     from training_assets.trainers.loading import load_tokenizer_dir
 
     dst = Path(dst or tempfile.mkdtemp(prefix="registry-"))
-    folder = Path(download_artifacts(artifact_uri=model_uri, dst_path=str(dst / "version"), tracking_uri=tracking_uri))
+    folder = Path(download_artifacts(artifact_uri=resolve_model_uri(model_uri, tracking_uri), dst_path=str(dst / "version"),
+                                     tracking_uri=tracking_uri))
     tokenizer = load_tokenizer_dir(folder / "tokenizer")
     ref_file = folder / BASE_REF_FILE
     if not ref_file.is_file():
@@ -150,7 +174,8 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
     from peft import PeftModel
 
     ref = json.loads(ref_file.read_text(encoding="utf-8"))
-    base = Path(download_artifacts(artifact_uri=ref["model_uri"], dst_path=str(dst / "base"), tracking_uri=tracking_uri))
+    base = Path(download_artifacts(artifact_uri=resolve_model_uri(ref["model_uri"], tracking_uri), dst_path=str(dst / "base"),
+                                   tracking_uri=tracking_uri))
     if content_hash(base / "checkpoint") != ref["content_hash"]:
         raise ValueError(f"{ref['model_uri']} does not hold the base {model_uri} was trained on "
                          f"(content hash differs from {ref['content_hash']}); re-register the adapter")
@@ -166,3 +191,37 @@ def source_dirs(path: str | os.PathLike[str]) -> tuple[CheckpointDirs, Checkpoin
     if (Path(path) / MANIFEST_FILE).is_file():
         return dirs, read_manifest_file(path)
     return dirs, folder_manifest(dirs.checkpoint_dir, dirs.tokenizer_dir, dirs.base_model_dir, Path(path).name)
+
+
+def flat_numbers(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numeric leaves of a nested metrics dict as MLflow metric names (``suite.n_cases``)."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = _METRIC_KEY.sub("_", f"{prefix}{key}")
+        if isinstance(value, Mapping):
+            out.update(flat_numbers(value, f"{name}."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def remove_created(client: Any, tracking_uri: str, created: list[tuple[str, Any]]) -> str:
+    """Remove what a failed registration created (``("version", (name, n))``, ``("run", id)``,
+    ``("served", folder)``), newest first; say what was removed and what could not be."""
+    done, failed = [], []
+    for kind, item in reversed(created):
+        try:
+            if kind == "version":
+                client.delete_model_version(*item)
+                done.append(f"version {item[0]}/{item[1]}")
+            elif kind == "run":
+                delete_run_artifacts(client, item, tracking_uri)
+                client.delete_run(item)
+                done.append(f"run {item} and its artifacts")
+            elif Path(item).exists():
+                shutil.rmtree(item)
+                done.append(f"served folder {item}")
+        except Exception as exc:  # noqa: BLE001 - every failure is reported to the caller, never hidden
+            failed.append(f"{kind} {item}: {exc}")
+    text = "removed " + (", ".join(done) or "nothing")
+    return text + (f"; COULD NOT REMOVE {'; '.join(failed)}" if failed else "")
