@@ -183,3 +183,35 @@ def test_a_failure_mid_way_leaves_no_artifacts_on_the_server(registry, mlflow_se
         assert not stored.exists() or _bytes(stored) == 0, f"{stored} left behind"
     assert registry.list() == [] and registry.client.search_model_versions(f"name='{registry.base_model_name}'") == []
     assert register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1").version >= 1  # and it can retry
+
+
+def test_registry_entry_against_the_server_links_the_run_and_logs_the_gate(mlflow_server, upstream, tmp_path, monkeypatch):
+    """Issue 12's setup: the asset registering into a proxied-artifact server, as in compose."""
+    import dagster as dg
+    from mlflow import MlflowClient
+
+    from training_assets import evaluation, paths
+    from training_assets.defs.registry.assets import registry_entry
+    from training_assets.defs.registry.resources import VllmDeployment
+    from training_assets.defs.resources import DataRoot, MlflowTracking
+    from training_assets.storage import write_json_atomic
+    from training_assets.trainers.manifest import read_manifest
+
+    monkeypatch.setenv("TRAINING_ASSETS_SERVE_DIR", str(tmp_path / "served"))
+    monkeypatch.delenv("VLLM_BASE_URL", raising=False)
+    manifest = read_manifest(upstream, "merged_adapter")
+    write_json_atomic(paths.asset_dir("merged_eval_report", upstream) / evaluation.REPORT_FILE,
+                      {"checkpoint_asset": "merged_adapter", "checkpoint_data_version": manifest.data_version,
+                       "metrics": {"pass_rate": 0.5}, "gate": {"passed": True, "reasons": ["pass_rate 0.5 >= 0.4"]}})
+    resources = {"data_root": DataRoot(path=str(upstream)), "deployment": VllmDeployment(),
+                 "mlflow": MlflowTracking(tracking_uri=mlflow_server.url)}
+    result = dg.materialize([registry_entry], resources=resources, instance=dg.DagsterInstance.ephemeral(),
+                            run_config={"ops": {"registry_entry": {"config": {"model_name": "entry-model"}}}})
+    [event] = result.asset_materializations_for_node("registry_entry")
+    link = event.metadata["mlflow_run"]
+    assert isinstance(link, dg.UrlMetadataValue) and link.url.startswith(f"{mlflow_server.url}/#/experiments/")
+    assert event.metadata["model_uri"].value == "models:/entry-model/1"
+    assert event.metadata["base_model_uri"].value == "models:/entry-model-base/1"
+    run = MlflowClient(mlflow_server.url).get_run(event.metadata["mlflow_run_id"].value)
+    assert run.data.metrics["pass_rate"] == 0.5 and run.data.tags["gate.passed"] == "true"
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:/")
