@@ -10,6 +10,12 @@ and ``--enable-lora``) and confirmed through ``GET /v1/models``. Without a serve
 model (vLLM cannot swap base weights at runtime), the exact ``vllm serve`` command is recorded
 instead. An unreachable or refusing server raises :class:`DeploymentError`; nothing is changed.
 Only the standard library is used: no HTTP client dependency.
+
+Allow-list: no request (and so no ``VLLM_API_KEY``) ever goes to a server that is not allowed.
+The allowed servers are ``target.allowed_urls`` when given (the Dagster deployment resource
+passes its instance configuration), else ``$TRAINING_ASSETS_DEPLOY_ALLOWED_URLS`` (comma-separated
+URLs; compared by scheme, host and port), else loopback only (``localhost``, ``127.0.0.1``,
+``::1``): a URL taken from somewhere else (a run config) cannot receive the key.
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ import json
 import os
 import shlex
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 HTTP_TIMEOUT_S = 10.0
+ALLOWED_URLS_ENV = "TRAINING_ASSETS_DEPLOY_ALLOWED_URLS"
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class DeploymentError(RuntimeError):
@@ -38,12 +48,48 @@ class DeploymentTarget:
     served_model_name: str
     base_url: str | None = None  # the server's root; a trailing /v1 (OpenAI-client style) is dropped; None: command only
     max_lora_rank: int = 64  # vLLM's --max-lora-rank must be >= the adapter's r
+    allowed_urls: tuple[str, ...] | None = None  # servers that may be called; None: the environment's (module doc)
 
     def __post_init__(self) -> None:
         # The seed writes base_url="http://localhost:8000/v1" (what an OpenAI client takes); the
         # endpoints below add /v1 themselves, so keep the server root only.
         if self.base_url is not None:
             object.__setattr__(self, "base_url", self.base_url.rstrip("/").removesuffix("/v1"))
+        if self.allowed_urls is not None:
+            object.__setattr__(self, "allowed_urls", tuple(self.allowed_urls))
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of an http(s) URL; a clear error for anything else."""
+    parsed = urllib.parse.urlparse(url.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise DeploymentError(f"deploy URL {url!r} is not an http(s) URL with a host (e.g. http://vllm:8000)")
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        raise DeploymentError(f"deploy URL {url!r} has an invalid port") from None
+    return parsed.scheme, parsed.hostname.lower(), port
+
+
+def env_allowed_urls() -> tuple[str, ...] | None:
+    """``$TRAINING_ASSETS_DEPLOY_ALLOWED_URLS`` split on commas; None when unset or empty."""
+    urls = tuple(u.strip() for u in os.environ.get(ALLOWED_URLS_ENV, "").split(",") if u.strip())
+    return urls or None
+
+
+def require_allowed(base_url: str, allowed_urls: Iterable[str] | None = None) -> None:
+    """Refuse ``base_url`` unless it is an allowed server (see the module docstring)."""
+    allowed = tuple(allowed_urls) if allowed_urls is not None else env_allowed_urls()
+    target = origin(base_url)
+    if allowed is None:
+        if target[1] in LOOPBACK_HOSTS:
+            return
+        raise DeploymentError(f"deploy URL {base_url} is not allowed: without {ALLOWED_URLS_ENV} only loopback servers "
+                              f"are; the operator adds it to {ALLOWED_URLS_ENV} (comma-separated) to allow it")
+    if target not in {origin(u) for u in allowed}:
+        raise DeploymentError(f"deploy URL {base_url} is not in the allow-list {sorted(allowed)} ({ALLOWED_URLS_ENV} or "
+                              "the deployment resource): the API key is only sent to those servers; ask the operator "
+                              "to add it, or leave base_url empty to use the configured server")
 
 
 @dataclass(frozen=True)
@@ -85,7 +131,9 @@ def serve_command(target: DeploymentTarget, checkpoint_dir: str | Path, base_mod
     return shlex.join(args)
 
 
-def _request(base_url: str, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
+def _request(base_url: str, method: str, path: str, body: dict[str, Any] | None = None,
+             allowed_urls: Iterable[str] | None = None) -> tuple[int, str]:
+    require_allowed(base_url, allowed_urls)  # before the key is put into any header
     url = base_url.rstrip("/") + path
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"}
@@ -104,9 +152,9 @@ def _request(base_url: str, method: str, path: str, body: dict[str, Any] | None 
                               "base_url to record the serve command only") from None
 
 
-def served_models(base_url: str) -> dict[str, dict[str, Any]]:
+def served_models(base_url: str, allowed_urls: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
     """``GET /v1/models``: id -> model card (LoRA cards carry ``root`` = adapter path, ``parent`` = base)."""
-    status, text = _request(base_url, "GET", "/v1/models")
+    status, text = _request(base_url, "GET", "/v1/models", allowed_urls=allowed_urls)
     if status != 200:
         raise DeploymentError(f"GET {base_url}/v1/models answered {status}: {text[:200]}")
     try:
@@ -115,14 +163,15 @@ def served_models(base_url: str) -> dict[str, dict[str, Any]]:
         raise DeploymentError(f"GET {base_url}/v1/models did not return an OpenAI model list: {text[:200]}") from None
 
 
-def load_adapter(base_url: str, name: str, adapter_dir: str | Path) -> None:
-    status, text = _request(base_url, "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(adapter_dir)})
+def load_adapter(base_url: str, name: str, adapter_dir: str | Path, allowed_urls: Iterable[str] | None = None) -> None:
+    status, text = _request(base_url, "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(adapter_dir)},
+                            allowed_urls)
     if status != 200:
         raise DeploymentError(f"vLLM refused to load adapter {name!r} from {adapter_dir} ({status}): {text[:300]}")
 
 
-def unload_adapter(base_url: str, name: str) -> None:
-    status, text = _request(base_url, "POST", "/v1/unload_lora_adapter", {"lora_name": name})
+def unload_adapter(base_url: str, name: str, allowed_urls: Iterable[str] | None = None) -> None:
+    status, text = _request(base_url, "POST", "/v1/unload_lora_adapter", {"lora_name": name}, allowed_urls)
     if status != 200:
         raise DeploymentError(f"vLLM refused to unload adapter {name!r} ({status}): {text[:300]}")
 
@@ -133,7 +182,8 @@ def deploy(target: DeploymentTarget, checkpoint_dir: str | Path, base_model_dir:
     if target.base_url is None:
         return Deployment("command_recorded", target.served_model_name, None, command,
                           detail="no base_url: serve with the recorded command")
-    models = served_models(target.base_url)  # reachability first: fail before any change
+    allowed = target.allowed_urls
+    models = served_models(target.base_url, allowed)  # allowed and reachable first: fail before any change
     if base_model_dir is None:
         return Deployment("command_recorded", target.served_model_name, target.base_url, command, tuple(models),
                           detail="a full model cannot be swapped into a running vLLM; restart it with the command")
@@ -143,25 +193,28 @@ def deploy(target: DeploymentTarget, checkpoint_dir: str | Path, base_model_dir:
                           detail="the server already serves this adapter under that name")
     replaced = None
     if current is not None:  # same name, other adapter: vLLM refuses a duplicate name, so swap it
-        unload_adapter(target.base_url, target.served_model_name)
+        unload_adapter(target.base_url, target.served_model_name, allowed)
         replaced = current.get("root")
-    load_adapter(target.base_url, target.served_model_name, checkpoint_dir)
-    models = served_models(target.base_url)
+    load_adapter(target.base_url, target.served_model_name, checkpoint_dir, allowed)
+    models = served_models(target.base_url, allowed)
     if target.served_model_name not in models:
         raise DeploymentError(f"{target.base_url} accepted adapter {target.served_model_name!r} but GET /v1/models "
                               f"does not list it (lists {sorted(models)})")
+    extra: dict[str, Any] = {"replaced_adapter": replaced} if replaced else {}
+    if allowed is not None:
+        extra["allowed_urls"] = list(allowed)
     return Deployment("loaded", target.served_model_name, target.base_url, command, tuple(models),
-                      detail="runtime LoRA load verified through GET /v1/models",
-                      extra={"replaced_adapter": replaced} if replaced else {})
+                      detail="runtime LoRA load verified through GET /v1/models", extra=extra)
 
 
 def undo_deploy(deployment: Deployment) -> str:
     """Reverse a ``loaded`` deployment (used when registration fails after it); returns what was done."""
     if deployment.status != "loaded" or deployment.base_url is None:
         return "nothing to undo"
-    unload_adapter(deployment.base_url, deployment.served_model_name)
+    allowed = deployment.extra.get("allowed_urls")
+    unload_adapter(deployment.base_url, deployment.served_model_name, allowed)
     replaced = deployment.extra.get("replaced_adapter")
     if replaced:
-        load_adapter(deployment.base_url, deployment.served_model_name, replaced)
+        load_adapter(deployment.base_url, deployment.served_model_name, replaced, allowed)
         return f"restored adapter {replaced}"
     return f"unloaded {deployment.served_model_name}"

@@ -76,12 +76,12 @@ def test_mlflow_accepts_its_service_name_as_host(rendered):
 def test_secrets_come_only_from_the_environment(tmp_path):
     empty = tmp_path / "empty.env"
     empty.write_text("")
-    refused = compose("config", "-q", env_file=empty)
+    token, key = "pw-9f3a1c77e2", "vk-51d0aa3b"
+    refused = compose("config", "-q", env_file=empty, extra_env={"VLLM_API_KEY": key})
     assert refused.returncode != 0 and "POSTGRES_PASSWORD" in refused.stderr
-    token = "pw-9f3a1c77e2"
-    accepted = compose("config", env_file=empty, extra_env={"POSTGRES_PASSWORD": token})
+    accepted = compose("config", env_file=empty, extra_env={"POSTGRES_PASSWORD": token, "VLLM_API_KEY": key})
     assert accepted.returncode == 0, accepted.stderr
-    assert token in accepted.stdout
+    assert token in accepted.stdout and key in accepted.stdout
     # and no password is written into any file we ship
     for path in (COMPOSE_FILE, REPO / "deploy" / "dagster.yaml", REPO / "Dockerfile"):
         for line in path.read_text().splitlines():
@@ -89,6 +89,35 @@ def test_secrets_come_only_from_the_environment(tmp_path):
                 value = line.split(":", 1)[1]
                 assert "${" in value or "{env:" in value or "$$" in value or "POSTGRES_PASSWORD" in value, \
                     f"{path.name}: literal secret? {line.strip()}"
+
+
+def test_vllm_refuses_to_start_without_an_api_key(tmp_path):
+    """Runtime LoRA loading is on: a vLLM without a bearer token would let anyone load adapters."""
+    env = tmp_path / "no-key.env"
+    env.write_text("POSTGRES_PASSWORD=pw-1\n")
+    refused = compose("--profile", "gpu", "config", "-q", env_file=env)
+    assert refused.returncode != 0 and "VLLM_API_KEY" in refused.stderr
+    blank = compose("--profile", "gpu", "config", "-q", env_file=env, extra_env={"VLLM_API_KEY": ""})
+    assert blank.returncode != 0 and "VLLM_API_KEY" in blank.stderr, "an empty key is no key"
+
+
+def test_vllm_sees_what_the_registry_serves_and_only_allowed_servers_are_called(rendered):
+    services = rendered["services"]
+    code = services["code-location"]["environment"]
+    vllm = services["vllm"]
+    assert vllm["environment"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and vllm["environment"]["VLLM_API_KEY"]
+    mounts = [v if isinstance(v, dict) else dict(zip(("source", "target", "mode"), v.split(":") + ["rw"]))
+              for v in vllm["volumes"]]
+    [data] = [m for m in mounts if m["source"] == "training_data"]
+    assert data["target"] == "/data" and (data.get("read_only") or data.get("mode") == "ro")
+    serve_dir = code["TRAINING_ASSETS_SERVE_DIR"]
+    assert serve_dir.startswith("/data/"), "the registry downloads into the volume vLLM mounts"
+    command = " ".join(vllm["command"])
+    assert f"--model={serve_dir}/" in command and f"--tokenizer={serve_dir}/" in command
+    assert "--serve-artifacts" in services["mlflow"]["command"]
+    allowed = code["TRAINING_ASSETS_DEPLOY_ALLOWED_URLS"].split(",")
+    assert allowed == ["http://vllm:8000"] and code["VLLM_BASE_URL"].startswith(allowed[0])
+    assert code["VLLM_API_KEY"] == vllm["environment"]["VLLM_API_KEY"]
 
 
 def test_production_instance_config():

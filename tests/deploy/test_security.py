@@ -4,6 +4,8 @@ safely, nothing runs code shipped inside a model directory, and the local UI bin
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(REPO / "training_assets").rglob("*.py"), *(REPO / "kernels").rglob("*.py")])
 
@@ -70,3 +72,29 @@ def test_local_ui_binds_loopback():
     makefile = (REPO / "Makefile").read_text()
     ui_lines = [line for line in makefile.splitlines() if "dagster dev" in line or "dagster-webserver" in line]
     assert ui_lines and all("-h 127.0.0.1" in line for line in ui_lines), ui_lines
+
+
+def test_registry_entry_takes_its_server_from_the_deployment_resource(tmp_path, monkeypatch):
+    """A run config naming a server the instance does not allow fails before anything is read or sent."""
+    import dagster as dg
+
+    from training_assets.defs.registry.assets import registry_entry
+    from training_assets.defs.registry.resources import VllmDeployment
+    from training_assets.defs.resources import DataRoot, MlflowTracking
+
+    monkeypatch.delenv("VLLM_BASE_URL", raising=False)
+    monkeypatch.setenv("TRAINING_ASSETS_DEPLOY_ALLOWED_URLS", "http://vllm:8000")
+    resources = {"data_root": DataRoot(path=str(tmp_path)), "deployment": VllmDeployment(),
+                 "mlflow": MlflowTracking(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")}
+    result = dg.materialize([registry_entry], resources=resources, raise_on_error=False,
+                            run_config={"ops": {"registry_entry": {"config": {"base_url": "http://evil.example:8000"}}}})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    text = str(failure.step_failure_data.error)
+    assert "base_url" in text and "not in the allow-list ['http://vllm:8000']" in text
+    # the resource's own server and the listed ones are what a run may use
+    resource = VllmDeployment(base_url="http://vllm:8000/v1", allowed_urls=["https://models.internal"])
+    assert resource.target("generator", "agent").base_url == "http://vllm:8000"
+    assert resource.target("generator", "agent", "https://models.internal/v1").base_url == "https://models.internal"
+    with pytest.raises(dg.Failure, match="not in the allow-list"):
+        resource.target("generator", "agent", "http://127.0.0.1:8000")

@@ -7,6 +7,7 @@ import pytest
 
 from training_assets.defs.evaluation.assets import merged_eval_report, sft_eval_report
 from training_assets.defs.registry.assets import registry_entry
+from training_assets.defs.registry.resources import VllmDeployment
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.deploy import DeploymentTarget
 from training_assets import evaluation
@@ -19,7 +20,7 @@ FAST = {"benchmark_tasks": [], "max_bpb_vs_uniform": None, "max_new_tokens": 4}
 
 def _run(root, tracking_uri, merged_config, assets=(sft_eval_report, merged_eval_report, registry_entry)):
     config = {"merged_eval_report": {"config": merged_config}, "sft_eval_report": {"config": FAST}}
-    return dg.materialize(list(assets), resources={"data_root": DataRoot(path=str(root)),
+    return dg.materialize(list(assets), resources={"data_root": DataRoot(path=str(root)), "deployment": VllmDeployment(),
                                                    "mlflow": MlflowTracking(tracking_uri=tracking_uri)},
                           run_config={"ops": {k: v for k, v in config.items() if any(a.key.path[-1] == k for a in assets)}},
                           instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)

@@ -69,8 +69,12 @@ def test_server_refusing_the_adapter_registers_nothing(registry, tiny_checkpoint
 
 
 def test_registry_failure_after_the_load_unloads_the_adapter(registry, tiny_checkpoints, fake_vllm, monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("registry down")
+    create = registry.client.create_model_version
+
+    def broken(name, *args, **kwargs):  # the base registers; the adapter's own version fails
+        if name == "agent-model":
+            raise RuntimeError("registry down")
+        return create(name, *args, **kwargs)
 
     monkeypatch.setattr(registry.client, "create_model_version", broken)
     target = DeploymentTarget("generator", "agent", fake_vllm.base_url)
@@ -79,6 +83,7 @@ def test_registry_failure_after_the_load_unloads_the_adapter(registry, tiny_chec
     assert fake_vllm.adapters == {}
     monkeypatch.undo()
     assert registry.list() == []
+    assert registry.client.search_model_versions("name='agent-model-base'") == [], "the base it created is gone too"
 
 
 def test_full_model_or_no_server_records_the_exact_serve_command(tiny_checkpoints, fake_vllm):
@@ -97,3 +102,30 @@ def test_api_key_from_the_environment_is_sent(tiny_checkpoints, keyed_vllm, monk
         deploy(target, tiny_checkpoints["adapter"], tiny_checkpoints["base"])
     monkeypatch.setenv("VLLM_API_KEY", "s3cret")
     assert deploy(target, tiny_checkpoints["adapter"], tiny_checkpoints["base"]).status == "loaded"
+
+
+def test_a_server_outside_the_allow_list_gets_no_request_and_no_key(tiny_checkpoints, keyed_vllm, monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", "s3cret")
+    listed = DeploymentTarget("generator", "agent", keyed_vllm.base_url, allowed_urls=("http://vllm:8000",))
+    with pytest.raises(DeploymentError, match=r"not in the allow-list \['http://vllm:8000'\]"):
+        deploy(listed, tiny_checkpoints["adapter"], tiny_checkpoints["base"])
+    monkeypatch.setenv("TRAINING_ASSETS_DEPLOY_ALLOWED_URLS", "http://vllm:8000, https://models.internal")
+    with pytest.raises(DeploymentError, match="TRAINING_ASSETS_DEPLOY_ALLOWED_URLS"):
+        deploy(DeploymentTarget("generator", "agent", keyed_vllm.base_url), tiny_checkpoints["adapter"], tiny_checkpoints["base"])
+    assert keyed_vllm.calls == [], "nothing was sent to a server that is not allowed"
+    monkeypatch.setenv("TRAINING_ASSETS_DEPLOY_ALLOWED_URLS", f"http://vllm:8000,{keyed_vllm.base_url}/v1")
+    assert deploy(DeploymentTarget("generator", "agent", keyed_vllm.base_url), tiny_checkpoints["adapter"],
+                  tiny_checkpoints["base"]).status == "loaded"
+
+
+def test_without_an_allow_list_only_loopback_servers_are_called(tiny_checkpoints, monkeypatch):
+    from training_assets.deploy import require_allowed
+
+    monkeypatch.delenv("TRAINING_ASSETS_DEPLOY_ALLOWED_URLS", raising=False)
+    for url in ("http://localhost:8000", "http://127.0.0.1:9", "http://[::1]:8000"):
+        require_allowed(url)
+    with pytest.raises(DeploymentError, match="only loopback servers are"):
+        deploy(DeploymentTarget("generator", "agent", "http://attacker.example:8000/v1"), tiny_checkpoints["adapter"],
+               tiny_checkpoints["base"])
+    with pytest.raises(DeploymentError, match="not an http"):
+        require_allowed("file:///etc/passwd")

@@ -68,20 +68,60 @@ def test_registered_checkpoint_is_a_snapshot_that_retraining_cannot_change(regis
     assert f"--lora-modules agent={dirs.checkpoint_dir}" in entry.deployment["serve_command"]
 
 
-def test_register_is_public_and_the_snapshot_keeps_the_typed_manifest(registry, upstream):
+def test_register_is_public_and_the_stored_model_keeps_the_typed_manifest(registry, upstream):
+    from training_assets.registry_artifacts import stored_folder
     from training_assets.trainers.loading import resolve_checkpoint
     from training_assets.trainers.manifest import read_manifest, read_manifest_file
 
     entry = registry.register(upstream / "merged_adapter", TARGET, "merged-1", Lineage(trace_partitions=("b1",)))
     assert register_checkpoint(registry, upstream / "merged_adapter", TARGET, "merged-1").version == entry.version
-    snapshot = uri_path(entry.checkpoint_uri)
-    stored = read_manifest_file(snapshot)
+    model_dir = stored_folder(registry.client, entry.run_id)
+    stored = read_manifest_file(model_dir)
     source = read_manifest(upstream, "merged_adapter")
-    # relative paths, valid wherever the artifacts land; provenance of the source kept
-    assert (stored.checkpoint_dir, stored.tokenizer_dir, stored.base_model_dir) == ("checkpoint", "tokenizer", "base_model")
+    # relative paths, valid wherever the artifacts land; provenance of the source kept; a real MLflow model
+    assert (stored.checkpoint_dir, stored.tokenizer_dir) == ("checkpoint", "tokenizer")
     assert (stored.data_version, stored.data_versions, stored.tracker_run_id) == (
         source.data_version, source.data_versions, source.tracker_run_id)
-    assert resolve_checkpoint(snapshot).checkpoint_dir == snapshot / "checkpoint"
+    assert (model_dir / "MLmodel").is_file() and not (model_dir / "base_model").exists()
+    served = resolve_checkpoint(uri_path(entry.checkpoint_uri))
+    assert served.checkpoint_dir == model_dir / "checkpoint"
+    assert entry.base["model_uri"] == "models:/agent-model-base/1" and entry.base["content_hash"].startswith("sha256:")
+
+
+def _artifact_bytes(client, run_id, path=""):
+    total = 0
+    for info in client.list_artifacts(run_id, path or None):
+        total += _artifact_bytes(client, run_id, info.path) if info.is_dir else info.file_size
+    return total
+
+
+def test_an_adapter_version_stores_the_adapter_and_names_its_registered_base(registry, tiny_checkpoints, tmp_path):
+    import shutil
+
+    other = tmp_path / "adapter2"
+    shutil.copytree(tiny_checkpoints["adapter"], other)  # a second adapter (a re-training) on the same base
+    first = register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
+    second = register_checkpoint(registry, other, TARGET, "ck-2")
+    assert first.base == second.base, "one base version, found again by its content hash"
+    base_versions = registry.client.search_model_versions("name='agent-model-base'")
+    assert [int(v.version) for v in base_versions] == [1]
+    base_bytes = _artifact_bytes(registry.client, base_versions[0].run_id, "model/checkpoint")
+    adapter_bytes = _artifact_bytes(registry.client, second.run_id, "model")
+    assert adapter_bytes * 5 < base_bytes, (adapter_bytes, base_bytes)
+    version = registry.client.get_model_version("agent-model", "2")
+    assert version.tags["base_model_uri"] == "models:/agent-model-base/1" and version.tags["kind"] == "adapter"
+
+
+def test_eval_metrics_and_the_gate_are_on_the_run_and_the_version(registry, tiny_checkpoints):
+    lineage = Lineage(eval_summary={"metrics": {"pass_rate": 0.75, "suite": {"n_cases": 8}, "label": "x"},
+                                    "gate": {"passed": True, "reasons": ["pass_rate 0.75 >= 0.5"]}})
+    entry = register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-1", lineage)
+    run = registry.client.get_run(entry.run_id)
+    assert run.data.metrics == {"pass_rate": 0.75, "suite.n_cases": 8.0}
+    assert run.data.tags["gate.passed"] == "true" and run.data.tags["gate.reasons"] == "pass_rate 0.75 >= 0.5"
+    tags = registry.client.get_model_version("agent-model", str(entry.version)).tags
+    assert tags["metric.pass_rate"] == "0.75" and tags["gate.passed"] == "true" and tags["kind"] == "full"
+    assert entry.model_uri == "models:/agent-model/1" and entry.run_url is None  # a SQLite store has no UI address
 
 
 def test_a_failure_mid_registration_leaves_the_registry_as_it_was(registry, tiny_checkpoints, monkeypatch):
@@ -94,6 +134,11 @@ def test_a_failure_mid_registration_leaves_the_registry_as_it_was(registry, tiny
     with pytest.raises(RegistryError, match="database is locked.*nothing registered"):
         register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-2")
     monkeypatch.undo()
+    runs = registry.client.search_runs([registry._experiment_id()], run_view_type=3)  # ViewType.ALL
+    failed = [r for r in runs if r.data.tags.get("checkpoint_id") == "ck-2"]
+    assert [r.info.lifecycle_stage for r in failed] == ["deleted"]
+    assert not uri_path(failed[0].info.artifact_uri).exists() or not any(uri_path(failed[0].info.artifact_uri).iterdir())
+    assert not (registry.serve_dir / "agent-model" / failed[0].info.run_id).exists()
     assert [r["checkpoint_id"] for r in registry.list()] == ["ck-1"]
     assert registry.pick_for_role("generator").checkpoint_id == "ck-1"
     assert registry.history("generator") == [1]

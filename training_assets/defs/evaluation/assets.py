@@ -15,7 +15,7 @@ from training_assets import paths
 from training_assets.defs.automation import follow_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
-from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError, uri_path
+from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError
 from training_assets.storage import fingerprint, sha256_file
 from training_assets import evaluation
 from training_assets.trainers.manifest import read_manifest
@@ -75,7 +75,8 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
     if not isinstance(config, PromotionEvalConfig):
         return {}, None
     try:
-        current = ModelRegistry(tracking_uri, config.model_name).pick_for_role(config.role)
+        registry = ModelRegistry(tracking_uri, config.model_name)
+        current = registry.pick_for_role(config.role)
     except RegistryError:
         return {}, None  # first registration for the role: thresholds only
     name = f"v{current.version} ({current.checkpoint_id})"
@@ -84,7 +85,7 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
     if summary.get("eval_config") == evaluation.eval_config_id(cases, tasks, limit, config.max_new_tokens):
         return dict(summary.get("metrics", {})), name
     context.log.info(f"registered {name} was evaluated with another setup: evaluating its snapshot again")
-    payload = evaluation.run_eval_report(uri_path(current.checkpoint_uri), cases, evaluation.GateThresholds(),
+    payload = evaluation.run_eval_report(registry.local_dir(current), cases, evaluation.GateThresholds(),
                                          benchmark_tasks=tasks, benchmark_limit=limit,
                                          max_new_tokens=config.max_new_tokens)
     return payload["metrics"], f"{name}, re-evaluated"
