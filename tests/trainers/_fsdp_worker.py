@@ -58,6 +58,7 @@ def step(model, optimizer, scheduler, n):
 def round_trip(out, lora):
     model, optimizer, scheduler = build(0, lora)
     uninterrupted = [step(model, optimizer, scheduler, n) for n in range(4)]
+    checkpoints.save_model_dir(model, out / "final_uninterrupted")  # gathered from the shards, as trainer.train does
 
     model, optimizer, scheduler = build(0, lora)
     losses = [step(model, optimizer, scheduler, n) for n in range(2)]
@@ -66,6 +67,7 @@ def round_trip(out, lora):
     resume = checkpoints.resolve_resume("auto", out)
     restored = checkpoints.load_checkpoint(resume, model, optimizer, scheduler, None)
     losses = restored["losses"] + [step(model, optimizer, scheduler, n) for n in range(2, 4)]
+    checkpoints.save_model_dir(model, out / "final")
     return {"uninterrupted": uninterrupted, "resumed": losses, "resumed_from": str(resume)}
 
 

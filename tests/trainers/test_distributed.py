@@ -120,6 +120,13 @@ def test_fsdp2_sharded_checkpoints_gather_to_plain_files_and_resume_bit_for_bit(
     params = dict(peft.named_parameters())
     assert trained and all(torch.equal(params[k], v) for k, v in trained.items())
 
+    # the finished models, gathered from the shards: the resumed run's equals the uninterrupted one's
+    for kind, name in (("full", "model.safetensors"), ("lora", "adapter_model.safetensors")):
+        done, reference = (load_file(str(tmp_path / kind / d / name)) for d in ("final", "final_uninterrupted"))
+        assert _same_weights(done, reference), kind
+    AutoModelForCausalLM.from_pretrained(str(tmp_path / "full" / "final"))
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_config(plain.config), str(tmp_path / "lora" / "final"))
+
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP and DeepSpeed ZeRO-3 through `accelerate launch` need "
                     "CUDA GPUs: Accelerate 1.15 sets them up only on accelerators (on CPU it builds MULTI_CPU, plain DDP)")

@@ -155,3 +155,27 @@ def test_checkpoints_load_in_plain_transformers(uninterrupted):
     info = json.loads((ckpt / "trainer_state.json").read_text())
     assert (info["step"], info["world_size"], info["layout"]) == (4, 1, "replicated")
     assert set(info["files"]) == {"config.json", "model.safetensors", "trainer_state.pt"}
+
+
+def test_a_lora_checkpoint_loads_in_peft_and_resumes_identically(tmp_path, base_model_dir, tokenizer, sft_examples):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from training_assets.peft_manager import LoraSpec
+
+    def config(out):
+        return TrainConfig(base_model=str(base_model_dir), output_dir=str(out), max_steps=4, batch_size=4, lr=3e-3,
+                           save_steps=2, save_total_limit=0, resume_from="auto", seed=3, torch_threads=1,
+                           lora=LoraSpec(r=4, alpha=8))
+
+    first = get_trainer("sft", config(tmp_path / "a"), tokenizer=tokenizer).train(sft_examples)
+    ckpt = tmp_path / "a" / "checkpoint-000002"
+    peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base_model_dir)), str(ckpt))
+    params = dict(peft.named_parameters())
+    trained = load_file(str(ckpt / "trainable.safetensors"))
+    assert trained and all(torch.equal(params[k], v) for k, v in trained.items())
+    shutil.copytree(ckpt, tmp_path / "b" / ckpt.name)
+    second = get_trainer("sft", config(tmp_path / "b"), tokenizer=tokenizer).train(sft_examples)
+    assert second.loop.resumed_from.endswith("checkpoint-000002")
+    assert second.loop.losses == first.loop.losses

@@ -352,13 +352,12 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, scal
     if set(info["trainable"]) != expected:
         raise ValueError(f"checkpoint {path} does not fit this model: missing {sorted(expected - set(info['trainable']))[:5]}, "
                          f"unexpected {sorted(set(info['trainable']) - expected)[:5]}; was it written with another LoRA/model config?")
-    reads = rank == 0 or layout == "replicated"  # sharded layouts: rank 0 reads and broadcasts
     tensors = state = None
-    if reads:
-        tensors = load_file(str(path / weights_file(info)))
-        if not info["adapter"]:
-            tensors = {n: tensors[n] for n in info["trainable"]}
+    if rank == 0 or layout == "replicated":  # fsdp: rank 0 reads and broadcasts shards
         state = torch.load(path / STATE_PT, weights_only=True)  # our own file: tensors, numbers, lists
+        if layout != "deepspeed":  # DeepSpeed restores its fp32 masters from zero/, not the 16-bit copy
+            tensors = load_file(str(path / weights_file(info)))
+            tensors = {n: tensors[n] for n in info["trainable"]}
     if layout == "deepspeed":
         dist_state.deepspeed_load(accelerator, path / ZERO_DIR)
     dist_state.load_model_state(model, tensors, accelerator)

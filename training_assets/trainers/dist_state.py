@@ -116,7 +116,10 @@ def _options(**kwargs: Any) -> Any:
 
 
 def full_model_state(model: Any, accelerator: Any = None) -> dict[str, Any] | None:
-    """Every weight, unsharded, on rank 0's CPU (``{name: tensor}``); ``None`` on the other ranks. Collective."""
+    """Every weight (a PEFT model: its trainable ones), unsharded, on rank 0's CPU; ``None`` on the other ranks.
+
+    Collective under FSDP / DeepSpeed (which gather the whole model before the adapter is picked).
+    """
     rank, _ = rank_and_world()
     kind = layout(model, accelerator)
     if kind == "deepspeed":
@@ -129,8 +132,11 @@ def full_model_state(model: Any, accelerator: Any = None) -> dict[str, Any] | No
         state = unwrap(model).state_dict() if rank == 0 else None
     if rank != 0:
         return None
-    aliases = alias_names(model)
-    return {clean_name(k): v.detach().contiguous().cpu() for k, v in state.items() if clean_name(k) not in aliases}
+    skip = alias_names(model)
+    if hasattr(unwrap(model), "peft_config"):  # an adapter saves only its trainable factors: copy no frozen base
+        keep = set(trainable_names(model))
+        skip |= {clean_name(k) for k in state if clean_name(k) not in keep}
+    return {clean_name(k): v.detach().contiguous().cpu() for k, v in state.items() if clean_name(k) not in skip}
 
 
 def full_optimizer_state(model: Any, optimizer: Any, accelerator: Any = None) -> dict[str, Any] | None:
