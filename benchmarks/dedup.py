@@ -14,8 +14,8 @@ Part 1, two real corpora of different kinds, read from this disk (no download):
 Files of 1-128 KB that decode as UTF-8, exact copies collapsed, taken in a fixed pseudo-random
 order (BLAKE2b of the path) up to ``--mbytes`` MB each. Then near-duplicates are planted: 10 % of
 the documents get a copy with word edits (replace / delete / insert at 0.2-3 % of the words,
-whitespace kept) or with its last 5-15 % of words cut. Both methods get the same shingles (word 5-grams of the ASCII-lower-
-cased bytes). Ground truth: every pair with exact Jaccard >= 0.8 (prefix-filtering all-pairs
+whitespace kept) or with its last 5-15 % of words cut. Both methods get the same shingles (word
+5-grams of the ASCII-lower-cased bytes). Ground truth: every pair with exact Jaccard >= 0.8 (prefix-filtering all-pairs
 join, exact, no sampling), which also holds the corpora's own near-duplicates (licence texts,
 copied modules). Cluster-level precision / recall: pair counting over clusters (a pair of
 documents is "together" when both sit in one cluster); truth clusters are the connected

@@ -24,46 +24,24 @@ Same records, parameters and seed give the same result, whatever the thread coun
 
 from __future__ import annotations
 
-import gc
 import hashlib
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 
 from training_assets_kernels import dedup as K
+from training_assets.data_engine.dedup_runtime import BYTES_PER_THREAD, DOCS_PER_THREAD, threads_for
+from training_assets.data_engine.dedup_runtime import gc_paused as _gc_paused
+from training_assets.data_engine.dedup_runtime import lap as _lap
+from training_assets.data_engine.dedup_runtime import now as _now
 from training_assets.data_engine.filters import Dropped
 
 METHODS = ("minhash", "cosine")
 DEFAULT_SEED = 42
 N_HASHED_FEATURES = 1 << 20
 PACK_CHUNK = 1 << 24  # characters per join+encode step of an ASCII corpus (16 MB of temporaries)
-# Work per extra Numba thread before a stage goes parallel: a parallel region costs ~0.01 ms on
-# an idle machine but 1-40 ms on a loaded one (threads wait to be scheduled), so a stage smaller
-# than this runs on one thread. Units: bytes for byte-bound stages, documents for LSH.
-BYTES_PER_THREAD = 4 << 20
-DOCS_PER_THREAD = 50_000
-
-
-@contextmanager
-def threads_for(work: int, per_thread: int) -> Iterator[int]:
-    """Run the block on ``min(configured threads, work // per_thread)`` (>= 1) Numba threads.
-
-    Results never depend on the thread count (the kernels write disjoint slices), only the time.
-    """
-    configured = numba.get_num_threads()
-    wanted = max(1, min(configured, work // per_thread))
-    if wanted != configured:
-        numba.set_num_threads(wanted)
-    try:
-        yield wanted
-    finally:
-        if wanted != configured:
-            numba.set_num_threads(configured)
 
 
 @dataclass(frozen=True)
@@ -266,20 +244,6 @@ class DedupResult:
         return dict(sorted(hist.items()))
 
 
-def _lap(timings: dict[str, float] | None, stage: str, since: tuple[float, float]) -> tuple[float, float]:
-    """Add the wall seconds since ``since`` to ``timings[stage]`` and the process CPU seconds
-    (all threads) to ``timings[stage + "_cpu"]``, when timings are asked for; -> now (``_now``)."""
-    now = _now()
-    if timings is not None:
-        timings[stage] = timings.get(stage, 0.0) + now[0] - since[0]
-        timings[stage + "_cpu"] = timings.get(stage + "_cpu", 0.0) + now[1] - since[1]
-    return now
-
-
-def _now() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
-
-
 def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams,
                  timings: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """Near-dup clustering of already exact-deduplicated documents given their features.
@@ -369,20 +333,6 @@ def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold:
                        **stats})
     _lap(timings, "assemble", t)
     return result
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause CPython's cyclic garbage collector while the block allocates many containers: each
-    collection it would trigger walks every tracked object, the caller's records included (at
-    10^6 records, assembling spent most of its time there). Nothing built here forms a cycle."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def assemble(records: Sequence[dict[str, Any]], root: np.ndarray, exact_root: np.ndarray,
