@@ -39,7 +39,6 @@ from training_assets.trainers.manifest import (MANIFEST_FILE, CheckpointManifest
 MODEL_DIR = "model"
 FLAVOR = "training_assets_hf"
 BASE_REF_FILE = "base.json"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _METRIC_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 _NOT_TOKENIZER = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "config.json", "generation_config.json",
                   "*.safetensors.index.json", "adapter_config.json", "manifest.json", "MLmodel")
@@ -57,7 +56,7 @@ def content_hash(folder: str | os.PathLike[str]) -> str:
 def base_tokenizer_dir(dirs: CheckpointDirs) -> Path:
     """The base's own tokenizer when its folder has one, else the adapter's."""
     base = Path(dirs.base_model_dir)
-    return base if all((base / f).is_file() for f in _TOKENIZER_FILES[:1]) else dirs.tokenizer_dir
+    return base if (base / "tokenizer.json").is_file() else dirs.tokenizer_dir
 
 
 def stage_version(staged: Path, checkpoint_dir: Path, tokenizer_dir: Path, manifest: CheckpointManifest,
@@ -215,9 +214,11 @@ def remove_created(client: Any, tracking_uri: str, created: list[tuple[str, Any]
                 client.delete_model_version(*item)
                 done.append(f"version {item[0]}/{item[1]}")
             elif kind == "run":
-                delete_run_artifacts(client, item, tracking_uri)
                 client.delete_run(item)
-                done.append(f"run {item} and its artifacts")
+                done.append(f"run {item}")
+                if client.list_artifacts(item):
+                    delete_run_artifacts(client, item, tracking_uri)
+                    done.append("its artifacts")
             elif Path(item).exists():
                 shutil.rmtree(item)
                 done.append(f"served folder {item}")
