@@ -19,7 +19,7 @@ export TOKENIZERS_PARALLELISM := false
 
 $(STAMP): pyproject.toml
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(BIN)/pip install --quiet --no-compile --disable-pip-version-check -e '.[$(EXTRAS)]'
 	@$(BIN)/python -W ignore -c "import dagster, dagster_postgres; assert dagster_postgres.__version__.startswith('0.29'), dagster_postgres.__version__"
 	@touch $(STAMP)
 
