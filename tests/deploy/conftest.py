@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -236,8 +237,10 @@ def _drop_database(name: str) -> None:
     conn.close()
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory) -> Iterator[Stack]:
+@contextmanager
+def running_stack(tmp: Path, env: dict[str, str] | None = None, mlflow: bool = True) -> Iterator[Stack]:
+    """A fresh database pair and the stack's processes (``env`` overrides the stack's environment;
+    ``mlflow=False``: no MLflow server, the code location uses its SQLite store under the data root)."""
     reason = postgres_unavailable_reason()
     if reason:
         print(f"SKIP: {reason}")
@@ -249,9 +252,13 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         cur.execute(f'CREATE DATABASE "{db}"')
         cur.execute(f'CREATE DATABASE "{db}_mlflow"')
     conn.close()
-    s = Stack(tmp_path_factory.mktemp("deploy"), db)
+    s = Stack(tmp, db)
+    s.env.update(env or {})
+    if not mlflow:
+        s.env.pop("MLFLOW_TRACKING_URI")
     try:
-        s.start("mlflow")
+        if mlflow:
+            s.start("mlflow")
         s.start("code-server")
         # Create the schema once before the webserver and daemon connect: two processes migrating a
         # fresh database at the same moment race (compose does the same with its `migrate` service).
@@ -267,3 +274,11 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         s.stop_all()
         for name in (db, f"{db}_mlflow"):
             _drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> Iterator[Stack]:
+    # These tests launch runs by hand (sensor, backfills): the automation sensor stays stopped here;
+    # test_automation.py starts a stack of its own with it running.
+    with running_stack(tmp_path_factory.mktemp("deploy"), {"TRAINING_ASSETS_AUTOMATION": "stopped"}) as s:
+        yield s
