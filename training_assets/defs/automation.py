@@ -139,7 +139,7 @@ class NewValidTraces(dg.AutomationCondition):
         since = last_materialization_storage_id(instance, context.key)
         batches = new_valid_traces(instance, since)
         total = sum(batches.values())
-        context.log.info(f"{context.key.to_user_string()}: {total} new valid trace(s) in {len(batches)} batch(es) "
+        context.log.debug(f"{context.key.to_user_string()}: {total} new valid trace(s) in {len(batches)} batch(es) "
                          f"since its last training (policy: >= {self.minimum})")
         subset = context.candidate_subset if total >= self.minimum else context.get_empty_subset()
         return dg.AutomationResult(context, true_subset=subset)
