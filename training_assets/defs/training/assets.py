@@ -6,9 +6,9 @@ log), launches ``trainers.accelerate_launch`` on the job spec — with ``num_pro
 subprocess reports its result as a Pipes custom message, from which the manifest is written. Every
 training step is in the ``training`` pool (dagster.yaml: one step of the pool at a time, across
 runs) and runs when the retraining policy of ``defs/automation.py`` says so. Metadata: plan, steps,
-final loss, tokens/s, peak memory, the tracker run, the checkpoint
-URI and a loss-curve plot. dpo/grpo depend on ``sft_eval_report`` and ``merged_adapter`` on the
-DPO and GRPO eval reports: their blocking gates stop what comes after a checkpoint that fails.
+final loss, tokens/s, peak memory, the tracker run, the checkpoint URI and a loss-curve plot.
+dpo/grpo depend on ``sft_eval_report`` and ``merged_adapter`` on the DPO and GRPO eval reports:
+their blocking gates stop what comes after a checkpoint that fails.
 """
 
 import os
