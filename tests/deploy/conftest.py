@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,13 @@ def postgres_unavailable_reason() -> str | None:
 class Proc:
     """A child process in its own session (so the whole tree can be killed), logging to a file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path,
+                 deadline_s: int = STACK_DEADLINE_S):
         self.name = name
         self.log = log_dir / f"{name}.log"
         # `timeout` is the backstop: the process dies after STACK_DEADLINE_S whatever happens here
         self.popen = subprocess.Popen(
-            ["timeout", "-s", "KILL", str(STACK_DEADLINE_S), *argv], env=env, cwd=REPO,
+            ["timeout", "-s", "KILL", str(deadline_s), *argv], env=env, cwd=REPO,
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -93,8 +95,9 @@ class GraphQLError(AssertionError):
 class Stack:
     """Handles on the running stack. Tests talk to Dagster only through ``graphql``."""
 
-    def __init__(self, tmp: Path, db: str):
+    def __init__(self, tmp: Path, db: str, deadline_s: int = STACK_DEADLINE_S):
         self.tmp = tmp
+        self.deadline_s = deadline_s
         self.db = db
         self.data = tmp / "data"
         self.inbox = self.data / "inbox"
@@ -137,7 +140,7 @@ class Stack:
                        "--artifacts-destination", str(self.tmp / "mlartifacts"),
                        "--allowed-hosts", f"127.0.0.1:{self.mlflow_port},localhost:{self.mlflow_port},mlflow:5000"],
         }[name]
-        proc = Proc(name, argv, self.env, self.logs)
+        proc = Proc(name, argv, self.env, self.logs, self.deadline_s)
         self.procs[name] = proc
         return proc
 
@@ -236,8 +239,11 @@ def _drop_database(name: str) -> None:
     conn.close()
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory) -> Iterator[Stack]:
+@contextmanager
+def running_stack(tmp: Path, env: dict[str, str] | None = None, mlflow: bool = True,
+                  deadline_s: int = STACK_DEADLINE_S) -> Iterator[Stack]:
+    """A fresh database pair and the stack's processes (``env`` overrides the stack's environment;
+    ``mlflow=False``: no MLflow server, the code location uses its SQLite store under the data root)."""
     reason = postgres_unavailable_reason()
     if reason:
         print(f"SKIP: {reason}")
@@ -249,9 +255,13 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         cur.execute(f'CREATE DATABASE "{db}"')
         cur.execute(f'CREATE DATABASE "{db}_mlflow"')
     conn.close()
-    s = Stack(tmp_path_factory.mktemp("deploy"), db)
+    s = Stack(tmp, db, deadline_s)
+    s.env.update(env or {})
+    if not mlflow:
+        s.env.pop("MLFLOW_TRACKING_URI")
     try:
-        s.start("mlflow")
+        if mlflow:
+            s.start("mlflow")
         s.start("code-server")
         # Create the schema once before the webserver and daemon connect: two processes migrating a
         # fresh database at the same moment race (compose does the same with its `migrate` service).
@@ -267,3 +277,17 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         s.stop_all()
         for name in (db, f"{db}_mlflow"):
             _drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> Iterator[Stack]:
+    # These tests launch runs by hand (sensor, backfills): the automation sensor stays stopped here;
+    # test_automation.py starts a stack of its own with it running.
+    with running_stack(tmp_path_factory.mktemp("deploy"), {"TRAINING_ASSETS_AUTOMATION": "stopped"}) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def make_stack() -> Callable[..., Any]:
+    """``running_stack`` for a module that needs a stack of its own (its own database and data root)."""
+    return running_stack

@@ -62,7 +62,7 @@ def _assets(policy: automation.RetrainingPolicy):
     tokenizer = automation.tokenizer_condition(policy)
     def condition(spec: dg.AssetSpec) -> dg.AssetSpec:
         name = spec.key.to_user_string()
-        if name in TRAINING:
+        if name in TRAINING - {"base_checkpoint"}:
             return spec.replace_attributes(automation_condition=training)
         if name == "tokenizer":
             return spec.replace_attributes(automation_condition=tokenizer)
@@ -102,7 +102,8 @@ def test_a_batch_flows_to_the_registry_once_and_a_quarantined_batch_stops():
     assert t.tick() == {"minhash_signatures": {"b2"}}
     t.materialize(["minhash_signatures"], partition="b2", documents=5)
     second = t.tick()
-    assert set(second) == everything - {"tokenizer"}, "the tokenizer stays fixed under the default policy"
+    # the tokenizer stays fixed under the default policy, and so the base model pretrained on it
+    assert set(second) == everything - {"tokenizer", "base_checkpoint"}, set(second)
 
 
 def test_the_policy_holds_training_until_enough_new_traces():
@@ -110,6 +111,14 @@ def test_the_policy_holds_training_until_enough_new_traces():
     chain = _first_batch(t)  # 40 valid traces >= 30: the first training
     assert TRAINING <= set(chain)
     t.materialize(sorted(chain))
+    assert t.tick() == {}
+    t.materialize(["tokenizer"])  # retrained by hand: the base model follows its tokenizer
+    # what reads the tokenizer follows it; training past the base waits for the policy (no new traces)
+    retokenized = {"base_checkpoint", "sft_dataset", "pretrain_windows"}
+    assert set(t.tick()) == retokenized
+    t.materialize(sorted(retokenized))
+    assert t.tick() == {}
+
     for index, documents in enumerate((20, 15), start=2):
         t.add_batch(f"b{index}")
         t.materialize(["raw_traces"], partition=f"b{index}")
@@ -120,7 +129,7 @@ def test_the_policy_holds_training_until_enough_new_traces():
             assert set(requested) == CORPUS_CHAIN and not TRAINING & set(requested)
             t.materialize(sorted(requested))
         else:  # 20 + 15 = 35 >= 30 since the last training: train
-            assert TRAINING <= set(requested) and "tokenizer" not in requested
+            assert TRAINING - {"base_checkpoint"} <= set(requested) and not {"tokenizer", "base_checkpoint"} & set(requested)
 
 
 def test_a_failed_gate_stops_what_follows_it():

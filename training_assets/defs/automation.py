@@ -15,7 +15,8 @@ The ``trace_batch_sensor`` launches ``raw_traces[batch]``; from there every asse
   passed. ``raw_traces`` updates are ignored downstream of it: a batch reaches the corpus through
   its signatures, so the corpus is curated once per batch, not twice.
 - The training assets (``pool="training"``: one training step at a time, see dagster.yaml):
-  the same, and the retraining policy (``RetrainingPolicy``) on top.
+  the same, and the retraining policy (``RetrainingPolicy``) on top; ``base_checkpoint`` is
+  pretrained once per tokenizer (``base_model_condition``).
 
 Every sub-condition carries a label, so the UI's automation evaluation of an asset shows which
 part held or not ("new_valid_traces >= 200", "all_deps_blocking_checks_passed", ...).
@@ -138,7 +139,7 @@ class NewValidTraces(dg.AutomationCondition):
         since = last_materialization_storage_id(instance, context.key)
         batches = new_valid_traces(instance, since)
         total = sum(batches.values())
-        context.log.info(f"{context.key.to_user_string()}: {total} new valid trace(s) in {len(batches)} batch(es) "
+        context.log.debug(f"{context.key.to_user_string()}: {total} new valid trace(s) in {len(batches)} batch(es) "
                          f"since its last training (policy: >= {self.minimum})")
         subset = context.candidate_subset if total >= self.minimum else context.get_empty_subset()
         return dg.AutomationResult(context, true_subset=subset)
@@ -201,6 +202,18 @@ def tokenizer_condition(policy: RetrainingPolicy) -> dg.AutomationCondition:
     if policy.retrain_tokenizer:
         return follow_condition().with_label("tokenizer follows the corpus (TRAINING_ASSETS_RETRAIN_TOKENIZER=1)")
     return once_condition().with_label("tokenizer kept fixed: trained once; materialise it by hand to retrain")
+
+
+def base_model_condition() -> dg.AutomationCondition:
+    """base_checkpoint: pretrained once per tokenizer (when missing, or when the tokenizer changed).
+
+    New traces retrain the fine-tuned chain (sft → dpo/grpo → merge) under the policy; pretraining
+    from scratch on every batch would throw the base away each time. Materialise it by hand to
+    re-pretrain on the grown corpus.
+    """
+    tokenizer_changed = AC.any_deps_updated().allow(dg.AssetSelection.assets("tokenizer")).since_last_handled()
+    return ((AC.missing() & ~AC.execution_failed()) | tokenizer_changed.with_label("the tokenizer changed")
+            ).with_label("missing, or the tokenizer changed") & _guards()
 
 
 def training_condition(policy: RetrainingPolicy) -> dg.AutomationCondition:

@@ -6,6 +6,7 @@ gates registration, also against the model currently registered for the role. Ea
 asset check: when it fails, downstream assets do not run and the check says why.
 """
 
+import os
 from typing import Optional
 
 import dagster as dg
@@ -23,13 +24,25 @@ from training_assets.trainers.manifest import read_manifest
 GATE_CHECK = "eval_gate"
 
 
+def _benchmark_limit() -> int:
+    raw = os.environ.get("TRAINING_ASSETS_EVAL_BENCHMARK_LIMIT", "30")
+    if not raw.isdigit():
+        raise ValueError(f"TRAINING_ASSETS_EVAL_BENCHMARK_LIMIT={raw!r}: set a count of examples per lm-eval task "
+                         "(0 = all)")
+    return int(raw)
+
+
+BENCHMARK_LIMIT = _benchmark_limit()
+
+
 class EvalReportConfig(dg.Config):
     cases_path: str = Field("", description="JSONL eval cases; empty = the shipped reliability suite (eval_tasks/).")
     max_new_tokens: int = Field(32, ge=1, description="Greedy tokens generated per case.")
     benchmark_tasks: list[str] = Field(list(evaluation.DEFAULT_BENCHMARKS),
                                        description="lm-eval tasks (shipped YAML names or lm-eval's own); [] skips lm-eval.")
-    benchmark_limit: int = Field(30, ge=0, description=(
-        "Examples per lm-eval task (0 = all: 60 multiple-choice tasks, 40 transcripts); 30 keeps the demo fast."))
+    benchmark_limit: int = Field(BENCHMARK_LIMIT, ge=0, description=(
+        "Examples per lm-eval task (0 = all: 60 multiple-choice tasks, 40 transcripts); 30 keeps the demo fast. "
+        "Default from TRAINING_ASSETS_EVAL_BENCHMARK_LIMIT: runs the automation launches take the defaults."))
     min_pass_rate: float = Field(0.0, ge=0.0, le=1.0, description=(
         "Gate: overall reliability pass rate. 0 on the demo (seconds-trained tiny models); production sets e.g. 0.8."))
     min_category_pass_rate: dict[str, float] = Field({}, description="Gate per category, e.g. {'safety': 1.0} in production.")

@@ -6,9 +6,9 @@ log), launches ``trainers.accelerate_launch`` on the job spec — with ``num_pro
 subprocess reports its result as a Pipes custom message, from which the manifest is written. Every
 training step is in the ``training`` pool (dagster.yaml: one step of the pool at a time, across
 runs) and runs when the retraining policy of ``defs/automation.py`` says so. Metadata: plan, steps,
-final loss, tokens/s, peak memory, the tracker run, the checkpoint
-URI and a loss-curve plot. dpo/grpo depend on ``sft_eval_report`` and ``merged_adapter`` on the
-DPO and GRPO eval reports: their blocking gates stop what comes after a checkpoint that fails.
+final loss, tokens/s, peak memory, the tracker run, the checkpoint URI and a loss-curve plot.
+dpo/grpo depend on ``sft_eval_report`` and ``merged_adapter`` on the DPO and GRPO eval reports:
+their blocking gates stop what comes after a checkpoint that fails.
 """
 
 import os
@@ -17,7 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from training_assets import launch, tracking
-from training_assets.defs.automation import POLICY, TRAINING_POOL, training_condition
+from training_assets.defs.automation import POLICY, TRAINING_POOL, base_model_condition, training_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.defs.training.config import TRAIN_FIELDS, DpoOptions, GrpoOptions, nested, overrides, training_config
@@ -98,7 +98,7 @@ _COMMON = dict(group_name="training", code_version=TRAINING_CODE_VERSION, kinds=
                automation_condition=training_condition(POLICY))
 
 
-@dg.asset(deps=["pretrain_windows", "tokenizer"], **_COMMON)
+@dg.asset(deps=["pretrain_windows", "tokenizer"], **{**_COMMON, "automation_condition": base_model_condition()})
 def base_checkpoint(context: dg.AssetExecutionContext, config: BaseCheckpointConfig, data_root: DataRoot,
                     mlflow: MlflowTracking) -> dg.MaterializeResult:
     """A tiny random-init decoder pretrained on the packed corpus windows."""
