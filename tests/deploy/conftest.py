@@ -114,7 +114,7 @@ class Stack:
             "DAGSTER_HOME": str(self.home),
             "DAGSTER_PG_HOST": PG_HOST, "DAGSTER_PG_PORT": str(PG_PORT), "DAGSTER_PG_DB": db,
             "DAGSTER_PG_USER": PG_USER, "DAGSTER_PG_PASSWORD": "",
-            "DAGSTER_MAX_CONCURRENT_RUNS": "3", "DAGSTER_DEQUEUE_INTERVAL_SECONDS": "1",
+            "DAGSTER_DEQUEUE_INTERVAL_SECONDS": "1",
             "DAGSTER_STORAGE_DIR": str(tmp / "storage"),
             "DAGSTER_CODE_HOST": "127.0.0.1", "DAGSTER_CODE_PORT": str(self.code_port),
             "TRAINING_ASSETS_DATA": str(self.data),
