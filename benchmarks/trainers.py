@@ -1,6 +1,6 @@
 """Our trainers against TRL 1.16, and ``run_loop`` against a bare PyTorch loop (CPU, tiny model).
 
-    .venv/bin/python benchmarks/trainers.py              # 5 rounds × 12 steps per trainer, 1 torch thread
+    .venv/bin/python benchmarks/trainers.py              # 5 rounds × 12 steps per trainer, 1 torch thread (~6 min at load 6)
     .venv/bin/python benchmarks/trainers.py --quick      # 2 rounds × 4 steps (smoke; not for figures)
     .venv/bin/python benchmarks/trainers.py --kinds dpo --rounds 7
 
@@ -10,15 +10,18 @@ DPO: sigmoid loss, beta 0.1, reference log-probs precomputed on both sides. GRPO
 generations per step, 16 new tokens, beta 0, DAPO aggregation, one reward function.
 
 Each side lives in its own long-lived subprocess (imports paid once, before any timing, and
-reported as ``import_s``), so peak RSS is per side; the driver alternates the sides round by round
-(TRL first on even rounds, ours first on odd ones) for ``--rounds`` rounds. A round is a whole run:
+reported as ``import_s``), so peak RSS is per side: each run resets the process's peak (Linux
+``/proc/self/clear_refs``) and reads VmHWM at its end, so a run's peak includes what the process
+already held (imports, the allocator's cache of earlier runs), the same on both sides. The driver
+alternates the sides round by round (TRL first on even rounds, ours first on odd ones) for
+``--rounds`` rounds. A round is a whole run:
 model load, data preparation (TRL tokenises in its constructor, we in ``train()``), training and
 the final save, the same token count on both sides, so the tokens/s ratio is a time ratio. Per
 trainer it reports the median of the per-round ratios, their min-max spread, the same ratio on
 process CPU time (robust to other tenants of a shared machine: one torch thread per side), the
 peak RSS of each side and the load average seen during the rounds.
 
-Loop overhead (SFT packed, DPO): a third subprocess times ``run_loop`` against a bare loop on the
+Loop overhead (SFT packed, DPO): the ours subprocess also times ``run_loop`` against a bare loop on the
 SAME micro-batches (collated up front for the bare side): forward (the trainer's loss), backward,
 grad clip, optimizer and lr-scheduler step, ``zero_grad`` — nothing else, i.e. the same math, and
 the benchmark checks that both produce the same losses. ``loop_vs_bare`` is run_loop tokens/s over
