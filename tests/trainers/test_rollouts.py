@@ -62,3 +62,73 @@ def test_buffer_scores_groups_and_exports_grpo_rows():
     assert abs(sum(group["advantages"])) < 1e-9
     assert json.loads(group["completions"][0])[0]["content"] == "The answer is 4."
     assert [r["advantage"] for r in buffer.rows()] == group["advantages"]
+
+
+def _tiny_lm(vocab=64, seed=0):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training_assets.trainers import PretrainSpec
+
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model("qwen2", **PretrainSpec(hidden_size=32, num_hidden_layers=2,
+                                                          intermediate_size=64).config_kwargs(vocab))
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def _left_padded(lengths, vocab, pad=0, seed=1):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    P = max(lengths)
+    ids = torch.randint(3, vocab, (len(lengths), P), generator=g)
+    attn = torch.ones(len(lengths), P, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, : P - n], attn[i, : P - n] = pad, 0
+    return ids, attn
+
+
+@pytest.mark.parametrize("temperature,eos", [(1.0, 5), (0.7, 5), (1.0, None)])
+def test_sample_completions_draws_what_generate_draws(temperature, eos):
+    """The lean sampler is generate(do_sample, top_k=0, top_p=1) token for token: same RNG, same samples."""
+    import torch
+
+    from training_assets.trainers.modeling import plain_sampling, sample_completions
+
+    model = _tiny_lm()
+    assert plain_sampling(model)
+    ids, attn = _left_padded([7, 7, 4, 4, 6, 6], 64)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        expected = model.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=temperature, top_k=0,
+                                  top_p=1.0, max_new_tokens=12, pad_token_id=0, eos_token_id=eos, use_cache=True)
+    torch.manual_seed(3)
+    with torch.inference_mode():
+        got = sample_completions(model, ids, attn, 12, temperature, eos, 0)
+    assert torch.equal(got, expected[:, ids.shape[1]:])
+
+
+def test_plain_sampling_is_false_when_generation_config_reshapes_the_distribution():
+    from training_assets.trainers.modeling import plain_sampling
+
+    model = _tiny_lm()
+    model.generation_config.repetition_penalty = 1.1
+    assert not plain_sampling(model)
+
+
+def test_completion_logps_equal_full_logits_gather():
+    import torch
+
+    from training_assets.trainers.modeling import completion_logps, token_logps
+
+    model = _tiny_lm()
+    ids, attn = _left_padded([9, 6, 8], 64)
+    ids = torch.cat([ids, torch.randint(3, 64, (3, 5))], dim=1)
+    attn = torch.cat([attn, torch.ones(3, 5, dtype=torch.long)], dim=1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    P = 9
+    with torch.no_grad():
+        full = token_logps(model(input_ids=ids, attention_mask=attn, position_ids=pos).logits, ids)[:, P - 1:]
+        part = completion_logps(model, ids, attn, pos, P)
+    assert part.shape == (3, 5)
+    torch.testing.assert_close(part, full, rtol=1e-6, atol=1e-6)

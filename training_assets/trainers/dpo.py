@@ -21,7 +21,7 @@ from typing import Any
 
 from training_assets.trainers.base import TrainerBase
 from training_assets.trainers.modeling_refs import reference_context
-from training_assets.trainers.sft import as_messages, encode_completion
+from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
 
 REF_LOGPS_FILE = "ref_logps.json"
 
@@ -45,8 +45,9 @@ class DPOTrainer(TrainerBase):
         rows = []
         for i, e in enumerate(examples):
             prompt = as_messages(e["prompt"])
-            chosen = encode_completion(tokenizer, prompt, as_messages(e["chosen"]), self.config.max_seq_len)
-            rejected = encode_completion(tokenizer, prompt, as_messages(e["rejected"]), self.config.max_seq_len)
+            prompt_ids = encode_prompt(tokenizer, prompt)  # once for both sides
+            chosen = encode_completion(tokenizer, prompt, as_messages(e["chosen"]), self.config.max_seq_len, prompt_ids)
+            rejected = encode_completion(tokenizer, prompt, as_messages(e["rejected"]), self.config.max_seq_len, prompt_ids)
             if chosen is None or rejected is None:
                 side = "chosen" if chosen is None else "rejected"
                 self.skipped.append({"id": str(e.get("id", i)), "reason": f"{side} has no assistant tokens within max_seq_len"})
@@ -81,7 +82,7 @@ class DPOTrainer(TrainerBase):
             return
         was_training = model.training
         model.eval()
-        with torch.no_grad(), reference_context(model):
+        with torch.inference_mode(), reference_context(model):
             for start in range(0, len(rows), self.config.batch_size):
                 chunk = rows[start:start + self.config.batch_size]
                 t = self._pair_tensors(chunk)
@@ -118,12 +119,13 @@ class DPOTrainer(TrainerBase):
             ref_c = batch["ref_chosen"].to(logps.device, logps.dtype)
             ref_r = batch["ref_rejected"].to(logps.device, logps.dtype)
         else:
-            with torch.no_grad():
+            with torch.inference_mode():
                 if self.reference is not None:
                     ref = sequence_logps(self.reference, batch["input_ids"], batch["attention_mask"], batch["loss_mask"], backend)
                 else:
                     with reference_context(model):
                         ref = sequence_logps(model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"], backend)
+            ref = ref.clone()  # a normal tensor: inference tensors cannot enter autograd
             ref_c, ref_r = ref[:B], ref[B:]
         loss = objectives.dpo_loss(logps[:B], logps[B:], ref_c, ref_r, beta=self.config.dpo.beta,
                                    label_smoothing=self.config.dpo.label_smoothing, loss_type=self.config.dpo.loss_type,

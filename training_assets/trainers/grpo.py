@@ -41,7 +41,7 @@ from typing import Any
 from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
 from training_assets.trainers.base import TrainerBase
 from training_assets.trainers.modeling_refs import reference_context
-from training_assets.trainers.sft import as_messages, encode_completion
+from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
 
 # A generated completion has no environment verdict, so "success" cannot be scored online.
 ONLINE_REWARD_WEIGHTS = {"answer": 1.0, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
@@ -104,8 +104,9 @@ class GRPOTrainer(TrainerBase):
                 key: str) -> list[tuple[list[int], list[int], list[int], float]]:
         """The group's logged attempts that have assistant tokens: (prompt ids, completion ids, mask, ``key`` value)."""
         out = []
+        prompt_ids = encode_prompt(tokenizer, prompt)  # once per group
         for j, (completion, value) in enumerate(zip(example["completions"], example[key])):
-            enc = encode_completion(tokenizer, prompt, as_messages(completion), self.config.max_seq_len)
+            enc = encode_completion(tokenizer, prompt, as_messages(completion), self.config.max_seq_len, prompt_ids)
             if enc is None:
                 self.skipped.append({"id": f"{group_id}/{j}", "reason": "completion has no assistant tokens"})
                 continue
@@ -152,7 +153,7 @@ class GRPOTrainer(TrainerBase):
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
                 staged.generations = client.generate(r["prompt_ids"], G, self.config.grpo.max_new_tokens, self.config.grpo.temperature)
         else:
-            from training_assets.trainers.modeling import device_of
+            from training_assets.trainers.modeling import device_of, plain_sampling, sample_completions
 
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
             prompts = [r["prompt_ids"] for r in rows for _ in range(G)]
@@ -161,13 +162,17 @@ class GRPOTrainer(TrainerBase):
             attn = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
             was_training = model.training
             model.eval()
-            with torch.no_grad():
-                out = model.generate(input_ids=ids.to(device_of(model)), attention_mask=attn.to(device_of(model)),
-                                     do_sample=True, temperature=self.config.grpo.temperature, top_k=0, top_p=1.0,
-                                     max_new_tokens=self.config.grpo.max_new_tokens, pad_token_id=pad_id,
-                                     eos_token_id=tok.eos_token_id, use_cache=True)
+            with torch.inference_mode():
+                if plain_sampling(model):  # generate's draws without its per-step overhead
+                    out = sample_completions(model, ids, attn, self.config.grpo.max_new_tokens,
+                                             self.config.grpo.temperature, tok.eos_token_id, pad_id)
+                else:  # the checkpoint's generation_config adds logits processors: generate applies them
+                    out = model.generate(input_ids=ids.to(device_of(model)), attention_mask=attn.to(device_of(model)),
+                                         do_sample=True, temperature=self.config.grpo.temperature, top_k=0, top_p=1.0,
+                                         max_new_tokens=self.config.grpo.max_new_tokens, pad_token_id=pad_id,
+                                         eos_token_id=tok.eos_token_id, use_cache=True)[:, P:]
             model.train(was_training)
-            completions = out[:, P:].cpu().tolist()
+            completions = out.cpu().tolist()
             for k, r in enumerate(rows):
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
                 # mixed: the logged attempts join the group first, with their stored rewards
@@ -205,17 +210,18 @@ class GRPOTrainer(TrainerBase):
         batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
         if self.config.grpo.loss_type == "la_grpo":
             batch["branch_start"] = torch.tensor([r["branch_start"] for r in rows], dtype=torch.long)
-        with torch.no_grad():
-            # Sampler log-probs (vLLM) are the old policy; otherwise old = current policy, taken as
-            # logps.detach() in the loss (one update per rollout batch) instead of a second forward.
-            if all(r.get("old_logps") is not None for r in rows):
-                batch["old_logps"] = torch.tensor([list(r["old_logps"]) + [0.0] * (C - len(r["old_logps"])) for r in rows])
-            if self.config.grpo.kl_beta > 0:
+        # Sampler log-probs (vLLM) are the old policy; otherwise old = current policy, taken as
+        # logps.detach() in the loss (one update per rollout batch) instead of a second forward.
+        if all(r.get("old_logps") is not None for r in rows):
+            batch["old_logps"] = torch.tensor([list(r["old_logps"]) + [0.0] * (C - len(r["old_logps"])) for r in rows])
+        if self.config.grpo.kl_beta > 0:
+            with torch.inference_mode():
                 if self.reference is not None:
-                    batch["ref_logps"] = self._completion_logps(self.reference, batch)
+                    ref = self._completion_logps(self.reference, batch)
                 else:
                     with reference_context(model):
-                        batch["ref_logps"] = self._completion_logps(model, batch)
+                        ref = self._completion_logps(model, batch)
+            batch["ref_logps"] = ref.clone()  # a normal tensor: inference tensors cannot enter autograd
         batch["n_tokens"] = int(batch["attention_mask"].sum())
         trained = batch["completion_mask"]
         if "branch_start" in batch:  # LA-GRPO trains only from the branch point on
@@ -225,13 +231,11 @@ class GRPOTrainer(TrainerBase):
 
     @staticmethod
     def _completion_logps(model: Any, batch: dict[str, Any]) -> Any:
-        """(B, C) log-probs of the completion tokens under ``model``."""
-        from training_assets.trainers.modeling import device_of, token_logps
+        """(B, C) log-probs of the completion tokens under ``model`` (LM head on the completion positions only)."""
+        from training_assets.trainers.modeling import completion_logps
 
-        device = device_of(model)
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                       position_ids=batch["position_ids"].to(device), use_cache=False).logits
-        return token_logps(logits, batch["input_ids"].to(device))[:, batch["prompt_len"] - 1:]
+        return completion_logps(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                                batch["prompt_len"])
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
         from training_assets.trainers import objectives

@@ -202,7 +202,24 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
     t0 = time.perf_counter()
     tokens = 0
     lrs: list[float] = []
+    pending: list[Any] = []  # this process's step losses (device tensors) not yet read back to the host
     last_checkpoint = None
+
+    def flush() -> None:
+        """Read the pending step losses back in one transfer (one all-reduce with several processes)."""
+        if not pending:
+            return
+        stacked = torch.stack(pending)
+        if accelerator is not None and world > 1:
+            stacked = accelerator.reduce(stacked, reduction="sum")
+        first = step - len(pending) + 1
+        pending.clear()
+        for i, value in enumerate(stacked.tolist()):
+            if not math.isfinite(value):
+                raise FloatingPointError(f"loss became {value} at step {first + i}; lower lr (now {config.lr}) "
+                                         "or use fp32/bf16")
+            losses.append(value)
+
     while step < total_steps:
         micro = []
         for _ in range(config.grad_accum):
@@ -211,7 +228,8 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
         weight_total = torch.tensor(float(sum(b["weight"] for b in micro)))
         if accelerator is not None and world > 1:
             weight_total = accelerator.reduce(weight_total, reduction="sum")
-        step_loss = torch.zeros(())
+        total = max(weight_total.item(), 1e-12)  # one host read per step, not two per micro-batch
+        step_loss = None
         for i, batch in enumerate(micro):
             sync = i == len(micro) - 1 or accelerator is None
             ctx = accelerator.no_sync(model) if not sync else contextlib.nullcontext()
@@ -219,34 +237,34 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
                 with _autocast(config, device_type):
                     loss, weight = loss_fn(model, batch)
                 # DDP averages gradients over processes; scale by world so the sum matches one process.
-                scaled = loss.float() * (weight / max(weight_total.item(), 1e-12)) * world
+                scaled = loss.float() * (weight / total) * world
                 if scaler is not None:
                     scaled = scaler.scale(scaled)
                 if accelerator is not None:
                     accelerator.backward(scaled)
                 else:
                     scaled.backward()
-            step_loss += loss.detach().float() * weight / max(weight_total.item(), 1e-12)
+            if step_loss is None:
+                step_loss = torch.zeros((), device=loss.device)
+            step_loss += loss.detach().float() * weight / total
             tokens += int(batch["n_tokens"])
         clip_step_zero(optimizer, params, config, accelerator, scaler)
         lrs.append(scheduler.get_last_lr()[0])
         scheduler.step()
-        if accelerator is not None and world > 1:
-            step_loss = accelerator.reduce(step_loss, reduction="sum")
         step += 1
-        value = float(step_loss)
-        if not math.isfinite(value):
-            raise FloatingPointError(f"loss became {value} at step {step}; lower lr (now {config.lr}) or use fp32/bf16")
-        losses.append(value)
-        elapsed = time.perf_counter() - t0
-        metrics = {"loss": value, "lr": lrs[-1], "tokens_per_s": tokens * world / max(elapsed, 1e-9),
-                   "eta_s": elapsed / max(len(lrs), 1) * (total_steps - step)}
+        pending.append(step_loss)
+        saving = config.save_steps > 0 and step % config.save_steps == 0 and step < total_steps
+        if step % config.log_steps == 0 or step == total_steps or saving:
+            flush()  # the only host syncs of the step loss: every log_steps, before a checkpoint, at the end
         if is_main and (step % config.log_steps == 0 or step == total_steps):
-            log.info("step %d/%d loss %.4f lr %.2e %.0f tok/s eta %.0fs", step, total_steps, value, metrics["lr"],
+            elapsed = time.perf_counter() - t0
+            metrics = {"loss": losses[-1], "lr": lrs[-1], "tokens_per_s": tokens * world / max(elapsed, 1e-9),
+                       "eta_s": elapsed / max(len(lrs), 1) * (total_steps - step)}
+            log.info("step %d/%d loss %.4f lr %.2e %.0f tok/s eta %.0fs", step, total_steps, metrics["loss"], metrics["lr"],
                      metrics["tokens_per_s"], metrics["eta_s"])
             for callback in callbacks:
                 callback(step, metrics)
-        if config.save_steps > 0 and step % config.save_steps == 0 and step < total_steps:
+        if saving:
             last_checkpoint = _save(accelerator, is_main, config, step, raw_model, optimizer, scheduler, scaler, position, losses)
     wall = time.perf_counter() - t0
     if config.save_steps > 0 or config.resume_from is not None:

@@ -110,6 +110,109 @@ def token_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     return logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
+def completion_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                     start: int) -> torch.Tensor:
+    """(B, T - start) log p(x_t | x_<t) for t ≥ ``start``: the completion tokens of left-padded prompts.
+
+    The same values as ``token_logps(model(...).logits, input_ids)[:, start - 1:]``, but the LM head
+    and the log-softmax run only on the T - start + 1 last positions (``logits_to_keep``; the
+    prompt is most of a GRPO row), through the model's own forward (DDP and PEFT wrappers included).
+    """
+    device = device_of(model)
+    input_ids = input_ids.to(device)
+    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask.to(device),
+                              "position_ids": position_ids.to(device), "use_cache": False}
+    keep = input_ids.shape[1] - start + 1
+    if _supports_logits_to_keep(model):
+        logits = model(**kwargs, logits_to_keep=keep).logits  # (B, keep, V): positions start-1 .. T-1
+    else:
+        logits = model(**kwargs).logits[:, -keep:]
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return logp.gather(-1, input_ids[:, start:].unsqueeze(-1)).squeeze(-1)
+
+
+def _causal_lm(model: Any) -> Any:
+    raw = getattr(model, "module", model)  # DDP
+    return raw.get_base_model() if hasattr(raw, "get_base_model") else raw  # PEFT
+
+
+def _forward_parameters(model: Any) -> Any:
+    import inspect
+
+    return inspect.signature(_causal_lm(model).forward).parameters
+
+
+def _supports_logits_to_keep(model: Any) -> bool:
+    return "logits_to_keep" in _forward_parameters(model)
+
+
+# GenerationConfig fields that make ``generate`` add a logits processor or a stopping criterion
+_PROCESSOR_FIELDS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
+                     "min_length", "min_new_tokens", "suppress_tokens", "begin_suppress_tokens", "forced_bos_token_id",
+                     "forced_eos_token_id", "sequence_bias", "renormalize_logits", "typical_p", "epsilon_cutoff",
+                     "eta_cutoff", "min_p", "exponential_decay_length_penalty", "guidance_scale", "watermarking_config",
+                     "stop_strings", "max_time")
+
+
+def plain_sampling(model: Any) -> bool:
+    """True when ``generate(do_sample=True, top_k=0, top_p=1.0)`` adds nothing but the temperature for ``model``.
+
+    A checkpoint's generation_config.json (e.g. an instruct model's repetition_penalty) would make
+    ``generate`` reshape the distribution; such models keep ``generate`` (see :func:`sample_completions`).
+    """
+    from transformers import GenerationConfig
+
+    config = getattr(_causal_lm(model), "generation_config", None)
+    if config is None:
+        return True
+    default = GenerationConfig()
+    return all(getattr(config, f, None) == getattr(default, f, None) for f in _PROCESSOR_FIELDS)
+
+
+def sample_completions(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                       temperature: float, eos_token_id: int | None, pad_token_id: int) -> torch.Tensor:
+    """(N, ≤ max_new_tokens) tokens sampled after left-padded prompts: ``generate``'s draws, without its machinery.
+
+    The same model calls (prefill keeping only the last position's logits, then one token per step
+    over a ``DynamicCache``, position ids from the attention mask), the same float32 scores ÷
+    temperature, softmax and one ``torch.multinomial`` draw per step, pad after EOS and a stop
+    once every row has ended: token for token what ``model.generate(do_sample=True, top_k=0,
+    top_p=1.0, ...)`` samples under the same RNG state (tests/trainers/test_rollouts.py checks
+    it), minus ``generate``'s per-step config, processor and stopping-criteria overhead, which
+    dominates a small model's decode. Run it under ``torch.inference_mode()``.
+    """
+    from transformers import DynamicCache
+
+    device = device_of(model)
+    mask = attention_mask.to(device)
+    position = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    params = _forward_parameters(model)
+    # transformers 5.24 renamed past_key_values to cache (the old name still works, with a warning)
+    cache = {"cache" if "cache" in params else "past_key_values": DynamicCache(config=_causal_lm(model).config)}
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    logits = model(input_ids=input_ids.to(device), attention_mask=mask, position_ids=position, use_cache=True,
+                   **cache, **keep).logits
+    position = position[:, -1:]
+    unfinished = torch.ones(mask.shape[0], dtype=torch.bool, device=device)
+    tokens = []
+    for step in range(max_new_tokens):
+        scores = logits[:, -1, :].float()
+        if temperature != 1.0:
+            scores = scores / temperature
+        token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        if eos_token_id is not None:
+            token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))
+            unfinished &= token != eos_token_id
+        tokens.append(token)
+        if step == max_new_tokens - 1 or not bool(unfinished.any()):
+            break
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        position = position + 1
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
+                       **cache).logits
+    return torch.stack(tokens, dim=1)
+
+
 def sequence_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
                    backend: str) -> torch.Tensor:
     """(B,) Σ_t log p(x_{t+1}|x_≤t) over positions where ``loss_mask[t+1] = 1`` (the completion).

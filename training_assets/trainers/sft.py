@@ -42,15 +42,23 @@ def encode_messages(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[lis
     return ids, mask
 
 
+def encode_prompt(tokenizer: Any, prompt: list[dict[str, Any]]) -> list[int]:
+    """The prompt messages' own tokenisation (no generation prompt): the prefix ``encode_completion`` checks."""
+    return list(tokenizer.apply_chat_template(prompt, tokenize=True, return_dict=True)["input_ids"]) if prompt else []
+
+
 def encode_completion(tokenizer: Any, prompt: list[dict[str, Any]], completion: list[dict[str, Any]],
-                      max_len: int) -> tuple[list[int], list[int], int] | None:
+                      max_len: int, prompt_ids: list[int] | None = None) -> tuple[list[int], list[int], int] | None:
     """``(input_ids, completion_mask, prompt_len)`` for prompt + completion messages, or None if nothing to train.
 
     The completion mask is the template's assistant mask restricted to tokens after the prompt
     (tool results inside the completion are not trained on). The prompt's own tokenisation must
     be a prefix of the full one — true for templates that close every turn with a special token.
+    ``prompt_ids``: ``encode_prompt(tokenizer, prompt)`` when the caller has it already (DPO's two
+    sides, a GRPO group's attempts share one prompt).
     """
-    prompt_ids = list(tokenizer.apply_chat_template(prompt, tokenize=True, return_dict=True)["input_ids"]) if prompt else []
+    if prompt_ids is None:
+        prompt_ids = encode_prompt(tokenizer, prompt)
     ids, mask = encode_messages(tokenizer, list(prompt) + list(completion))
     if ids[: len(prompt_ids)] != prompt_ids:
         raise ValueError("chat template tokenises the prompt differently inside the full conversation; "
