@@ -105,32 +105,20 @@ def clip_coefficient(total_norm: float, max_norm: float) -> np.float32:
 
 
 @njit(cache=True, inline="always")
-def _adamw_at(i, p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, lerp_from_grad, b2, one_minus_b2, eps, coef):
-    grad = g[i] * coef
-    mi = m[i]
-    # torch's lerp(m, g, w): m + w (g - m) for |w| < 0.5, else g + (w - 1)(g - m), one fmadd
-    mi = _fma32(lerp_coeff, grad - mi, grad if lerp_from_grad else mi)
-    vi = _fma32(one_minus_b2 * grad, grad, v[i] * b2)  # contracted so in torch's build
-    m[i] = mi
-    v[i] = vi
-    denom = np.sqrt(vi) / bc2_sqrt + eps
-    p[i] = p[i] * decay - step_size * mi / denom
-
-
-# two loops, not one with ``if zero``: LLVM did not unswitch that branch and the zeroing pass ran
-# at half the speed of the plain one
-@njit(cache=True, inline="always")
-def _adamw_span(p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, lerp_from_grad, b2, one_minus_b2, eps, coef):
+def _adamw_span(p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, lerp_from_grad, b2, one_minus_b2, eps, coef,
+                zero):
     for i in range(p.shape[0]):
-        _adamw_at(i, p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, lerp_from_grad, b2, one_minus_b2, eps, coef)
-
-
-@njit(cache=True, inline="always")
-def _adamw_span_zero(p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, lerp_from_grad, b2, one_minus_b2, eps,
-                     coef):
-    for i in range(p.shape[0]):
-        _adamw_at(i, p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, lerp_from_grad, b2, one_minus_b2, eps, coef)
-        g[i] = 0.0
+        grad = g[i] * coef
+        mi = m[i]
+        # torch's lerp(m, g, w): m + w (g - m) for |w| < 0.5, else g + (w - 1)(g - m), one fmadd
+        mi = _fma32(lerp_coeff, grad - mi, grad if lerp_from_grad else mi)
+        vi = _fma32(one_minus_b2 * grad, grad, v[i] * b2)  # contracted so in torch's build
+        m[i] = mi
+        v[i] = vi
+        denom = np.sqrt(vi) / bc2_sqrt + eps
+        p[i] = p[i] * decay - step_size * mi / denom
+        if zero:
+            g[i] = 0.0
 
 
 @njit(cache=True, parallel=True)
@@ -151,18 +139,11 @@ def adamw_update(addresses, chunks, hyper, coef, zero_grad):
         bias_correction2_sqrt = math.sqrt(1.0 - beta2**step)
         weight = np.float32(1.0 - beta1)
         from_grad = not abs(weight) < 0.5
-        p, g = _span(addresses[t, 0], start, stop), _span(addresses[t, 1], start, stop)
-        m, v = _span(addresses[t, 2], start, stop), _span(addresses[t, 3], start, stop)
-        step_size = np.float32(lr / bias_correction1)
-        bc2_sqrt = np.float32(bias_correction2_sqrt)
-        decay = np.float32(1.0 - lr * weight_decay)
-        lerp_coeff = weight - np.float32(1.0) if from_grad else weight
-        b2, one_minus_b2, eps32 = np.float32(beta2), np.float32(1.0 - beta2), np.float32(eps)
-        if zero_grad:
-            _adamw_span_zero(p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, from_grad, b2, one_minus_b2, eps32,
-                             coef)
-        else:
-            _adamw_span(p, g, m, v, step_size, bc2_sqrt, decay, lerp_coeff, from_grad, b2, one_minus_b2, eps32, coef)
+        _adamw_span(_span(addresses[t, 0], start, stop), _span(addresses[t, 1], start, stop),
+                    _span(addresses[t, 2], start, stop), _span(addresses[t, 3], start, stop),
+                    np.float32(lr / bias_correction1), np.float32(bias_correction2_sqrt),
+                    np.float32(1.0 - lr * weight_decay), weight - np.float32(1.0) if from_grad else weight, from_grad,
+                    np.float32(beta2), np.float32(1.0 - beta2), np.float32(eps), coef, zero_grad)
 
 
 @njit(cache=True, parallel=True)
