@@ -5,8 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= train,eval,dev,wandb
-# pytest-xdist workers for `make test` (0: one process). Each test folder stays on one worker.
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test` (0: one process): most tests wait on servers and subprocesses,
+# so three keep two cores busy. tests/conftest.py keeps folders with costly session fixtures on one worker.
+TEST_WORKERS ?= 3
 
 export DAGSTER_HOME := $(CURDIR)/dagster_home
 export TRAINING_ASSETS_DATA ?= $(CURDIR)/data

@@ -19,33 +19,45 @@ def data_root(tmp_path, monkeypatch):
 
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-# folders that take longest (mostly waiting on servers and subprocesses) go first
-_LONGEST_FIRST = ["deploy", "agent", "trainers", "evaluation", "corpus", "kernels", "datasets"]
+# Folders whose session fixtures are expensive (a Dagster stack on PostgreSQL, trained tiny models,
+# a materialised graph) are one unit of scheduling; elsewhere each file is one.
+_WHOLE_FOLDERS = {"deploy", "trainers", "evaluation", "datasets"}
+# the longest units (mostly waiting on servers and subprocesses) go first
+_LONGEST_FIRST = ["deploy", "tests/agent/test_end_to_end.py", "trainers", "evaluation", "agent", "corpus", "datasets"]
 
 
-def _folder_of(nodeid: str) -> str:
-    parts = nodeid.split("::")[0].split("/")
-    return parts[1] if len(parts) > 2 else parts[-1].removesuffix(".py")
+def _unit_of(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[1] in _WHOLE_FOLDERS:
+        return parts[1]
+    return path
+
+
+def _rank(nodeid: str) -> int:
+    unit = _unit_of(nodeid)
+    for i, name in enumerate(_LONGEST_FIRST):
+        if unit == name or unit.startswith(f"tests/{name}/"):
+            return i
+    return len(_LONGEST_FIRST)
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs ``-n 2 --dist loadgroup``: each test folder is one unit of scheduling and
-    stays on one worker, so a folder's session fixtures (a trained tiny model, a materialised graph,
-    a Dagster stack on PostgreSQL) are built once, not once per worker; folders run side by side.
+    """`make test` runs ``-n N --dist loadgroup``: a folder with expensive session fixtures stays on
+    one worker (they are built once, not once per worker), other files spread over the workers.
     (xdist's own ``xdist_group`` marks rename node ids, which this pytest no longer allows.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class FolderScheduling(LoadScopeScheduling):
+    class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _folder_of(nodeid)
+            return _unit_of(nodeid)
 
-    return FolderScheduling(config, log)
+    return UnitScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest folders first, so the two workers finish together (order within a folder kept)."""
+    """The longest units first, so the workers finish together (order within a unit kept)."""
     if hasattr(config, "workerinput"):
-        rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(_folder_of(item.nodeid), len(rank)))
+        items.sort(key=lambda item: _rank(item.nodeid))
