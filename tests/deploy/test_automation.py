@@ -137,7 +137,10 @@ def test_a_batch_of_only_bad_lines_stops_at_its_quarantine_check(auto_stack):
     _drop(stack, bad)
     partition = stack.wait_for("the bad batch's raw_traces partition", lambda: next(
         (p for p in _count(stack, "raw_traces") if p.startswith("traces-bad")), None), timeout_s=300, every_s=1)
-    executions = stack.wait_for("its quarantine check", lambda: _check_executions(stack, partition), timeout_s=120)
+    # an execution shows up IN_PROGRESS before its evaluation is recorded: wait for the evaluation
+    executions = stack.wait_for("its quarantine check's evaluation", lambda: (
+        lambda found: found if found and all(e["evaluation"] for e in found) else None)(
+        _check_executions(stack, partition)), timeout_s=120)
     assert [e["evaluation"]["success"] for e in executions] == [False]
     checked_at = time.time()
     stack.wait_for("two automation ticks after the failed check",
