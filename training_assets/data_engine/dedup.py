@@ -146,23 +146,6 @@ def csr_jaccard(offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.ndarray
     return lambda pairs, floor: K.jaccard_pairs(pairs, offsets[:-1], offsets[1:], hashes, floor)
 
 
-def raw_jaccard(hash_offsets: np.ndarray, hashes: np.ndarray) -> Callable[[np.ndarray, float], np.ndarray]:
-    """Exact Jaccard over raw shingle blocks (text order, repeats): the blocks of the documents
-    in the pairs are sorted and deduplicated in place on first use, the others never are."""
-    ends = hash_offsets[1:].copy()
-    is_set = np.zeros(len(hash_offsets) - 1, bool)
-
-    def similarity(pairs: np.ndarray, floor: float) -> np.ndarray:
-        docs = np.zeros(len(is_set), bool)
-        docs[pairs.ravel()] = True
-        docs = np.nonzero(docs & ~is_set)[0]
-        if len(docs):
-            ends[docs] = K.sort_unique_blocks(hash_offsets, hashes, docs)[docs]
-            is_set[docs] = True
-        return K.jaccard_pairs(pairs, hash_offsets[:-1], ends, hashes, floor)
-    return similarity
-
-
 def packed_jaccard(data: np.ndarray, offsets: np.ndarray, ngram: int) -> Callable[[np.ndarray, float], np.ndarray]:
     """Exact Jaccard from the packed texts themselves: on each call, the documents in the pairs
     not seen before are copied out (``take_docs``) and shingled into sorted sets
