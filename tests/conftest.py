@@ -19,6 +19,18 @@ def data_root(tmp_path, monkeypatch):
 
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="session")
+def fake_vllm_lib():
+    """``tests/fake_vllm.py`` as a module (``FakeVllm`` in-process, ``spawn`` as a process): test
+    modules cannot import each other under importlib mode."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fake_vllm", os.path.join(_TESTS_DIR, "fake_vllm.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 # Folders whose session fixtures are expensive (a Dagster stack on PostgreSQL, trained tiny models,
 # a materialised graph) are one unit of scheduling; elsewhere each file is one.
 _WHOLE_FOLDERS = {"deploy", "trainers", "evaluation", "datasets"}

@@ -3,8 +3,6 @@
 import json
 import runpy
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,49 +33,15 @@ def run_example(tmp_path, data_root, monkeypatch):
     torch.set_num_threads(threads)
 
 
-class _Vllm(BaseHTTPRequestHandler):
-    """vLLM's model list and runtime LoRA loading, recording every request path."""
-
-    def log_message(self, *args):
-        return None
-
-    def _reply(self, status, body):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):  # noqa: N802 (http.server API)
-        self.server.paths.append(self.path)
-        if self.path != "/v1/models":
-            return self._reply(404, {"error": f"no route {self.path}"})
-        cards = [{"id": n, "object": "model", "root": p, "parent": "base"} for n, p in self.server.adapters.items()]
-        return self._reply(200, {"object": "list", "data": [{"id": "base", "object": "model", "root": "/base"}, *cards]})
-
-    def do_POST(self):  # noqa: N802
-        self.server.paths.append(self.path)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path != "/v1/load_lora_adapter":
-            return self._reply(404, {"error": f"no route {self.path}"})
-        self.server.adapters[body["lora_name"]] = body["lora_path"]
-        return self._reply(200, {"status": "ok"})
-
-
 @pytest.fixture
-def vllm_on_8000():
+def vllm_on_8000(fake_vllm_lib):
     """A stand-in for the seed's "running vLLM" at localhost:8000 (the port its example names)."""
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", 8000), _Vllm)
+        server = fake_vllm_lib.FakeVllm(port=8000)
     except OSError as exc:
         pytest.skip(f"127.0.0.1:8000 is taken ({exc}); the seed's pipeline example deploys to that address")
-    server.paths, server.adapters = [], {}
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     yield server
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 def test_build_plan_train_from_plain_trace_dicts(run_example):
@@ -102,7 +66,7 @@ def test_sft_pipeline_registers_and_deploys_idempotently(run_example, vllm_on_80
     deployment = report["deployment"]
     assert deployment["deployment"]["status"] == "loaded" and deployment["base_url"] == "http://localhost:8000"
     assert "qwen2.5-1.5b-openseeker" in vllm_on_8000.adapters
-    assert not any(p.startswith("/v1/v1") for p in vllm_on_8000.paths)  # the seed's /v1 is not doubled
+    assert not any(c[1].startswith("/v1/v1") for c in vllm_on_8000.calls)  # the seed's /v1 is not doubled
 
     again = run_example("sft_pipeline.py")["report"]["deployment"]
     assert again["version"] == deployment["version"] and again["note"].startswith("already registered")

@@ -8,7 +8,8 @@ expected_answer``) so online rollouts can be stored and replayed like the datase
 also hold logged attempts next to the policy's samples (GRPO ``rollout="mixed"``): they arrive
 with their stored reward and assistant-token mask, and the advantages cover the whole group.
 
-``VLLMRolloutClient`` talks to a running vLLM OpenAI-compatible server: ``POST /v1/completions``
+``VLLMRolloutClient`` talks to a running vLLM OpenAI-compatible server (through
+``vllm_client.VllmClient``: API key, allow-list, retries): ``POST /v1/completions``
 with ``n`` samples, ``logprobs=0`` and ``return_tokens_as_token_ids`` so each sampled token comes
 back as ``token_id:<id>`` with its log-prob; ``model`` may name a LoRA adapter loaded at runtime.
 Start vLLM with ``--logprobs-mode processed_logprobs`` so the log-probs are those of the
@@ -97,29 +98,19 @@ class RolloutBuffer:
 
 
 class VLLMRolloutClient:
-    """Sample completions with log-probs from a vLLM OpenAI-compatible server."""
+    """Sample completions with log-probs of ``model`` (the base model or a loaded LoRA) from a vLLM server.
 
-    def __init__(self, base_url: str, model: str, timeout_s: float = 120.0) -> None:
-        self.base_url, self.model, self.timeout_s = base_url.rstrip("/"), model, timeout_s
+    The HTTP side (API key, allow-list, retries) is ``vllm_client.VllmClient``; pass one as ``client``
+    to share it with the policy sync, or let ``base_url`` and ``retry`` build one.
+    """
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 120.0, retry: Any = None,
+                 api_key_env: str = "VLLM_API_KEY", client: Any = None) -> None:
+        from training_assets.vllm_client import VllmClient
+
+        self.client = client or VllmClient(base_url, api_key_env=api_key_env, retry=retry, timeout_s=timeout_s)
+        self.base_url, self.model = self.client.base_url, model
 
     def generate(self, prompt_ids: Sequence[int], n: int, max_tokens: int, temperature: float) -> list[Generation]:
-        import requests
-
-        body = {"model": self.model, "prompt": list(prompt_ids), "n": n, "max_tokens": max_tokens,
-                "temperature": temperature, "logprobs": 0, "return_tokens_as_token_ids": True}
-        try:
-            response = requests.post(f"{self.base_url}/v1/completions", json=body, timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            raise ConnectionError(f"vLLM server {self.base_url} unreachable ({exc}); start it or use rollout='local'") from exc
-        if response.status_code != 200:
-            raise RuntimeError(f"vLLM {self.base_url}/v1/completions answered {response.status_code}: {response.text[:300]}")
-        out = []
-        for choice in response.json()["choices"]:
-            lp = choice.get("logprobs") or {}
-            tokens, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
-            if len(tokens) != len(logps) or any(not str(t).startswith("token_id:") for t in tokens):
-                raise ValueError("vLLM response lacks token ids with log-probs: the server must support "
-                                 "return_tokens_as_token_ids and logprobs")
-            out.append(Generation(text=choice["text"], token_ids=[int(str(t).split(":", 1)[1]) for t in tokens],
-                                  logprobs=[float(x) for x in logps]))
-        return out
+        return [Generation(text=text, token_ids=ids, logprobs=logps)
+                for text, ids, logps in self.client.complete(self.model, prompt_ids, n, max_tokens, temperature)]

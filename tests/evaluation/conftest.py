@@ -3,8 +3,6 @@
 Built once per session (a few seconds) and shared read-only by the tests; nothing is downloaded.
 """
 
-import json
-
 import pytest
 
 CHAT_TEMPLATE = (
@@ -135,90 +133,23 @@ def upstream(data_root, tiny_checkpoints):
     return data_root
 
 
-class FakeVllm:
-    """A 127.0.0.1 HTTP server speaking vLLM's model-list and runtime-LoRA endpoints."""
-
-    def __init__(self, refuse_load=False, api_key=None):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        self.adapters = {}  # name -> path
-        self.calls = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _unauthorised(self):
-                if api_key and self.headers.get("Authorization") != f"Bearer {api_key}":
-                    self._reply(401, {"error": "Unauthorized"})
-                    return True
-                return False
-
-            def do_GET(self):
-                server.calls.append(("GET", self.path))
-                if self._unauthorised():
-                    return None
-                if self.path != "/v1/models":
-                    return self._reply(404, {"error": "not found"})
-                cards = [{"id": "base", "object": "model", "root": "/models/base", "parent": None}]
-                cards += [{"id": n, "object": "model", "root": p, "parent": "base"} for n, p in server.adapters.items()]
-                self._reply(200, {"object": "list", "data": cards})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.calls.append(("POST", self.path, body))
-                if self._unauthorised():
-                    return None
-                if self.path == "/v1/load_lora_adapter":
-                    if refuse_load:
-                        return self._reply(400, {"error": "LoRA is not enabled"})
-                    if body["lora_name"] in server.adapters:
-                        return self._reply(400, {"error": f"The lora adapter '{body['lora_name']}' has already been loaded."})
-                    server.adapters[body["lora_name"]] = body["lora_path"]
-                    return self._reply(200, {"status": "ok"})
-                if self.path == "/v1/unload_lora_adapter":
-                    if server.adapters.pop(body["lora_name"], None) is None:
-                        return self._reply(404, {"error": "not loaded"})
-                    return self._reply(200, {"status": "ok"})
-                self._reply(404, {"error": "not found"})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
-def fake_vllm():
-    server = FakeVllm()
+def fake_vllm(fake_vllm_lib):
+    server = fake_vllm_lib.FakeVllm()
     yield server
     server.close()
 
 
 @pytest.fixture
-def keyed_vllm():
-    server = FakeVllm(api_key="s3cret")
+def keyed_vllm(fake_vllm_lib):
+    server = fake_vllm_lib.FakeVllm(api_key="s3cret")
     yield server
     server.close()
 
 
 @pytest.fixture
-def refusing_vllm():
-    server = FakeVllm(refuse_load=True)
+def refusing_vllm(fake_vllm_lib):
+    server = fake_vllm_lib.FakeVllm(refuse_load=True)
     yield server
     server.close()
 

@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
+from training_assets.vllm_client import RetryPolicy, VllmError
 
 
 class _FakeVLLM(BaseHTTPRequestHandler):
@@ -47,8 +48,8 @@ def test_vllm_client_returns_token_ids_and_logprobs(server):
 
 
 def test_unreachable_vllm_is_a_clear_error():
-    client = VLLMRolloutClient("http://127.0.0.1:9", model="m", timeout_s=2)
-    with pytest.raises(ConnectionError, match="unreachable"):
+    client = VLLMRolloutClient("http://127.0.0.1:9", model="m", timeout_s=2, retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
+    with pytest.raises(VllmError, match=r"http://127.0.0.1:9/v1/completions failed after 2 attempt\(s\); last: unreachable"):
         client.generate([1], n=1, max_tokens=1, temperature=1.0)
 
 

@@ -95,6 +95,10 @@ class TrainerBase:
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
         """Hook run once before the loop (DPO precomputes reference log-probs here)."""
 
+    def policy_hook(self) -> Any:
+        """``run_loop``'s ``on_policy_update`` (step, total_steps, model, resumed), or None (the default: no call at all)."""
+        return None
+
     def result_extra(self) -> dict[str, Any]:
         """Trainer-specific entries of the result (DPO/GRPO: skipped rows with reasons, mean rewards)."""
         return {}
@@ -152,7 +156,7 @@ class TrainerBase:
         with tracking.start_run(self.config, plan, enabled=is_main) as run:
             result = run_loop(model, len(rows), lambda idx, m: self.collate([rows[i] for i in idx], m), self.loss,
                               self.config, accelerator=self.accelerator, callbacks=(*self.callbacks, run.log_step),
-                              planned_steps=plan.planned_steps)
+                              planned_steps=plan.planned_steps, on_policy_update=self.policy_hook())
             final = Path(self.config.output_dir) / "final"
             checkpoints.save_model_dir(model, final, self.accelerator)  # every rank: gathering shards is collective
             run.finish(result, str(final))

@@ -101,7 +101,25 @@ class GrpoSpec(BaseModel):
         "samples from a vLLM server at vllm_base_url; dataset: the logged attempts of each grpo_groups row with "
         "their stored advantages; mixed: the logged attempts (stored rewards) plus num_generations local samples "
         "in one group, advantages over the whole group (LUFFY, arXiv:2504.14945)."))
-    vllm_base_url: str | None = Field(None, description="OpenAI-compatible vLLM server for rollout=vllm, e.g. http://host:8000.")
+    vllm_base_url: str | None = Field(None, description=(
+        "OpenAI-compatible vLLM server for rollout=vllm, e.g. http://host:8000. Loopback only unless the operator "
+        "lists it in $TRAINING_ASSETS_DEPLOY_ALLOWED_URLS (the run config names it, and it receives the API key)."))
+    vllm_model: str | None = Field(None, description=(
+        "rollout=vllm: the base model name the server serves (its --served-model-name); the policy's LoRA "
+        "adapter is loaded on top of it at runtime."))
+    vllm_api_key_env: str = Field("VLLM_API_KEY", min_length=1, description=(
+        "Name of the environment variable holding the server's API key (sent as a Bearer token; the key "
+        "itself never goes into a config). Unset or empty: no Authorization header."))
+    vllm_adapter_dir: str | None = Field(None, description=(
+        "Where the synced adapters are written (<run>-v<step>/); the vLLM server must read this path. "
+        "None: <output_dir>/vllm_adapters."))
+    sync_steps: int = Field(1, gt=0, description=(
+        "rollout=vllm: load the policy's adapter into vLLM every N optimizer steps (rollouts in between "
+        "sample a policy up to N-1 steps old; the sampler's log-probs keep the importance ratio right)."))
+    vllm_max_attempts: int = Field(5, gt=0, description="Tries per vLLM request (429, 5xx, connection errors retried).")
+    vllm_backoff_s: float = Field(0.5, ge=0, description="Wait before the first retry; doubled each retry, plus up to 50% jitter.")
+    vllm_max_backoff_s: float = Field(8.0, ge=0, description="Cap on one retry wait (before jitter).")
+    vllm_timeout_s: float = Field(120.0, gt=0, description="Seconds one vLLM request may take.")
     num_generations: int = Field(4, gt=0, description="Completions sampled per prompt (the group size of local/vllm rollouts).")
     max_new_tokens: int = Field(32, gt=0, description="Generated tokens per sampled completion.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts.")
@@ -118,6 +136,9 @@ class GrpoSpec(BaseModel):
     def _vllm_needs_url(self) -> GrpoSpec:
         if self.rollout == "vllm" and not self.vllm_base_url:
             raise ValueError("GrpoSpec: rollout='vllm' needs vllm_base_url (e.g. http://host:8000)")
+        if self.rollout == "vllm" and not self.vllm_model:
+            raise ValueError("GrpoSpec: rollout='vllm' needs vllm_model, the base model name the server serves "
+                             "(its --served-model-name)")
         return self
 
 
@@ -170,6 +191,10 @@ class TrainConfig(BaseModel):
         if self.lr_scheduler == "constant" and self.warmup_steps > 0:
             raise ValueError(f"TrainConfig: lr_scheduler='constant' ignores warmup_steps={self.warmup_steps}; "
                              "use lr_scheduler='constant_with_warmup' (or another schedule)")
+        if self.grpo.rollout == "vllm" and self.lora is None:
+            raise ValueError("TrainConfig: grpo.rollout='vllm' needs a LoRA run (set lora=LoraSpec(...)): the policy is "
+                             "synced to vLLM as a runtime LoRA adapter, and vLLM cannot hot-load full weights over HTTP; "
+                             "for a full fine-tune use grpo.rollout='local'")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,9 @@ Each example is a ``grpo_groups`` row: a prompt with the agents' logged attempts
 * ``"local"`` (library default) — the policy's own samples: ``num_generations`` completions per
   prompt by ``generate`` with the current policy, scored with the reward engine
   (``training_data.compose_reward``), advantages normalised within the sampled group.
-* ``"vllm"`` — the same, sampled by ``VLLMRolloutClient`` (the sampler's log-probs are the old policy).
+* ``"vllm"`` — the same, sampled by ``VLLMRolloutClient`` (the sampler's log-probs are the old policy);
+  LoRA runs only: ``trainers.policy_sync`` loads the adapter into the server as ``<run>-v<step>``
+  after every ``sync_steps`` optimizer steps and the rollouts ask for the newest version.
 * ``"dataset"`` — the logged attempts only, with their stored advantages (purely off-policy replay).
 * ``"mixed"`` — the logged attempts (stored rewards: the environment's verdict, which a fresh sample
   cannot have) plus ``num_generations`` local samples in the SAME group; advantages are normalised
@@ -80,6 +82,7 @@ class GRPOTrainer(TrainerBase):
         self.reference: Any = None
         self.rewards: list[float] = []  # mean reward per rollout batch
         self.skipped: list[dict[str, str]] = []
+        self.policy_sync: Any = None  # trainers.policy_sync.VllmPolicySync (rollout="vllm")
 
     @property
     def sequences_per_example(self) -> int:  # type: ignore[override]
@@ -87,7 +90,10 @@ class GRPOTrainer(TrainerBase):
         return self.config.grpo.num_generations if self.config.grpo.rollout != "dataset" else 1
 
     def result_extra(self) -> dict[str, Any]:
-        return {"skipped": list(self.skipped), "mean_rewards": list(self.rewards)}
+        extra = {"skipped": list(self.skipped), "mean_rewards": list(self.rewards)}
+        if self.policy_sync is not None:  # the adapter versions vLLM sampled from, and how often a request was retried
+            extra |= {"vllm_adapters": list(self.policy_sync.history), "vllm_retries": self.policy_sync.client.retries}
+        return extra
 
     def reward_fn(self) -> Any:
         if self._reward_fn is None:
@@ -139,6 +145,14 @@ class GRPOTrainer(TrainerBase):
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
         if self.config.grpo.kl_beta > 0 and not hasattr(model, "peft_config"):
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.config.grpo.rollout == "vllm":
+            from training_assets.trainers.policy_sync import VllmPolicySync
+
+            self.policy_sync = VllmPolicySync.from_config(self.config, self.accelerator)
+            self.policy_sync.preflight()  # a wrong key or model name fails here, before any step
+
+    def policy_hook(self) -> Any:
+        return self.policy_sync.after_step if self.policy_sync is not None else None
 
     # ---------------------------------------------------------------- rollouts
     def _rollout(self, rows: list[dict[str, Any]], model: Any) -> list[dict[str, Any]]:
@@ -148,7 +162,8 @@ class GRPOTrainer(TrainerBase):
         buffer = RolloutBuffer()
         G = self.config.grpo.num_generations
         if self.config.grpo.rollout == "vllm":
-            client = VLLMRolloutClient(self.config.grpo.vllm_base_url, self.config.run_name or "policy")
+            client = VLLMRolloutClient(self.policy_sync.client.base_url, self.policy_sync.served_name,
+                                       client=self.policy_sync.client)
             for r in rows:
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
                 staged.generations = client.generate(r["prompt_ids"], G, self.config.grpo.max_new_tokens, self.config.grpo.temperature)

@@ -38,6 +38,9 @@ LossFn = Callable[[Any, dict[str, Any]], tuple[Any, float]]
 # (indices into the examples, model) -> micro-batch dict with "n_tokens" and "weight"
 CollateFn = Callable[[Sequence[int], Any], dict[str, Any]]
 StepCallback = Callable[[int, dict[str, float]], None]
+# (step, total steps, model, resumed) after every optimizer step, and once with resumed=True after a
+# resume: the weights just changed
+PolicyHook = Callable[[int, int, Any, bool], None]
 
 
 @dataclass
@@ -153,12 +156,14 @@ def _autocast(config: TrainConfig, device_type: str) -> contextlib.AbstractConte
 
 def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, config: TrainConfig, *,
              accelerator: Any = None, callbacks: Sequence[StepCallback] = (), planned_steps: int | None = None,
-             shuffle: bool = True) -> LoopResult:
+             shuffle: bool = True, on_policy_update: PolicyHook | None = None) -> LoopResult:
     """Train ``model`` in place; returns the loss trajectory and throughput.
 
     ``accelerator`` (an ``accelerate.Accelerator``) turns on multi-process training: the model is
     wrapped by ``accelerator.prepare`` (DDP/FSDP/DeepSpeed per its config) and each process takes
-    its slice of every global micro-batch.
+    its slice of every global micro-batch. ``on_policy_update`` runs on every rank after each
+    optimizer step and once after a resume (GRPO with vLLM pushes the new adapter to the server);
+    None costs nothing.
     """
     import torch
     from transformers import get_scheduler
@@ -197,6 +202,8 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
         step, position, losses = restored["step"], restored["data_position"], list(restored["losses"])
         resumed_from = str(resume)
         log.info("resumed from %s at step %d (data position %d)", resume, step, position)
+        if on_policy_update is not None:
+            on_policy_update(step, total_steps, model, True)
 
     model.train()
     t0 = time.perf_counter()
@@ -252,6 +259,8 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
         lrs.append(scheduler.get_last_lr()[0])
         scheduler.step()
         step += 1
+        if on_policy_update is not None:
+            on_policy_update(step, total_steps, model, False)
         pending.append(step_loss)
         saving = config.save_steps > 0 and step % config.save_steps == 0 and step < total_steps
         if step % config.log_steps == 0 or step == total_steps or saving:

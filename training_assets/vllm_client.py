@@ -1,0 +1,133 @@
+"""HTTP client for a vLLM OpenAI-compatible server: API key, bounded retries, runtime LoRA load/unload.
+
+    client = VllmClient("http://127.0.0.1:8000", api_key_env="VLLM_API_KEY",
+                        retry=RetryPolicy(max_attempts=5, backoff_s=0.5, max_backoff_s=8.0))
+    client.load_adapter("run-v3", "/shared/adapters/run-v3")     # POST /v1/load_lora_adapter
+    gens = client.complete("run-v3", prompt_ids=[1, 5, 9], n=4, max_tokens=32, temperature=1.0)
+    client.unload_adapter("run-v2")                                # POST /v1/unload_lora_adapter
+
+The key is read from the environment variable *named* by ``api_key_env`` at each request (it is
+never stored in a config, a manifest or a log line) and sent as ``Authorization: Bearer <key>``.
+Before any request the URL must pass ``deploy.require_allowed``: the run config names the URL, so
+without an operator's allow-list (``$TRAINING_ASSETS_DEPLOY_ALLOWED_URLS``) only loopback servers
+receive the key and the prompts.
+
+Retries: 429, 5xx, connection errors and timeouts are retried up to ``max_attempts`` in all, waiting
+``min(max_backoff_s, backoff_s · 2^k) · (1 + jitter · u)``, u ~ U[0, 1) (exponential backoff with
+bounded jitter, so workers that failed together do not retry together). Any other status fails at
+once. The last failure raises :class:`VllmError` naming the URL, the path and the status.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class VllmError(RuntimeError):
+    """The vLLM server refused a request, or did not answer after the last retry."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a request is retried (see the module docstring for the formula)."""
+
+    max_attempts: int = 5  # tries in all, the first included
+    backoff_s: float = 0.5  # wait before the first retry
+    max_backoff_s: float = 8.0  # cap on one wait (before jitter)
+    jitter: float = 0.5  # each wait is stretched by up to this fraction
+
+    def delay_s(self, retry: int, u: float) -> float:
+        """Wait before retry number ``retry`` (0-based); ``u`` in [0, 1)."""
+        return min(self.max_backoff_s, self.backoff_s * 2**retry) * (1.0 + self.jitter * u)
+
+
+class VllmClient:
+    """Requests to one vLLM server (the server root: a trailing ``/v1`` is dropped)."""
+
+    def __init__(self, base_url: str, api_key_env: str = "VLLM_API_KEY", retry: RetryPolicy | None = None,
+                 timeout_s: float = 120.0, allowed_urls: Iterable[str] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, seed: int = 0) -> None:
+        from training_assets.deploy import require_allowed
+
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        require_allowed(self.base_url, allowed_urls)  # before any request can carry the key
+        self.api_key_env, self.retry, self.timeout_s = api_key_env, retry or RetryPolicy(), timeout_s
+        self._sleep, self._rng = sleep, random.Random(seed)
+        self.retries = 0  # retried requests so far (a figure for logs and tests)
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One request with the retries; returns the JSON body (or the text when it is not JSON)."""
+        import requests
+
+        url = f"{self.base_url}{path}"
+        last = ""
+        status: int | None = None
+        for attempt in range(self.retry.max_attempts):
+            if attempt:
+                self.retries += 1
+                self._sleep(self.retry.delay_s(attempt - 1, self._rng.random()))
+            try:
+                response = requests.request(method, url, json=body, headers=self._headers(), timeout=self.timeout_s)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                status, last = None, f"unreachable ({type(exc).__name__}: {exc})"
+                continue
+            if response.status_code == 200:
+                try:
+                    return response.json()
+                except ValueError:
+                    return response.text
+            status, last = response.status_code, f"answered {response.status_code}: {response.text[:300]}"
+            if response.status_code == 401:
+                raise VllmError(f"vLLM {method} {url} answered 401 (unauthorised): put the server's API key in "
+                                f"${self.api_key_env}", status=401)
+            if response.status_code not in RETRY_STATUSES:
+                raise VllmError(f"vLLM {method} {url} {last}", status=status)
+        raise VllmError(f"vLLM {method} {url} failed after {self.retry.max_attempts} attempt(s); last: {last}. "
+                        "Check the server (or raise vllm_max_attempts), or use rollout='local'", status=status)
+
+    def served_models(self) -> list[str]:
+        """``GET /v1/models``: the names the server answers to (base model and loaded adapters)."""
+        return [card["id"] for card in self.request("GET", "/v1/models")["data"]]
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """``POST /v1/load_lora_adapter``; a retried load whose first try got through is not an error."""
+        try:
+            self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        except VllmError as exc:
+            if exc.status == 400 and "already" in str(exc) and self.retries:
+                return
+            raise VllmError(f"{exc} (loading adapter {name!r} from {path}: the server needs --enable-lora, "
+                            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and read access to that path)", exc.status) from None
+
+    def unload_adapter(self, name: str) -> None:
+        self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+
+    def complete(self, model: str, prompt_ids: Sequence[int], n: int, max_tokens: int,
+                 temperature: float) -> list[tuple[str, list[int], list[float]]]:
+        """``n`` samples of ``model`` after ``prompt_ids``: (text, sampled token ids, their log-probs) each."""
+        body = {"model": model, "prompt": list(prompt_ids), "n": n, "max_tokens": max_tokens,
+                "temperature": temperature, "logprobs": 0, "return_tokens_as_token_ids": True}
+        out = []
+        for choice in self.request("POST", "/v1/completions", body)["choices"]:
+            lp = choice.get("logprobs") or {}
+            tokens, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
+            if len(tokens) != len(logps) or any(not str(t).startswith("token_id:") for t in tokens):
+                raise ValueError("vLLM response lacks token ids with log-probs: the server must support "
+                                 "return_tokens_as_token_ids and logprobs")
+            out.append((choice["text"], [int(str(t).split(":", 1)[1]) for t in tokens], [float(x) for x in logps]))
+        return out
