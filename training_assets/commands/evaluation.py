@@ -2,6 +2,7 @@
 
     training-assets evaluate merged_adapter                      # asset key under the data root, or a path
     training-assets evaluate runs/sft/final --cases my_cases.jsonl --no-benchmarks --json
+    training-assets evaluate merged_adapter --device cuda:0 --dtype bfloat16 --batch-size 64   # auto: GPU + bf16 if any
     training-assets register merged_adapter --role generator --served-model-name agent \\
         --eval-report data/merged_eval_report                    # refuses when that report's gate failed
     training-assets registry list
@@ -48,13 +49,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     try:
         folder, _ = _checkpoint(args.checkpoint, args.root)
         cases = evaluation.load_cases(args.cases)
+        evaluation.resolve_device(args.device, args.dtype)  # a bad --device fails before the model loads
     except (FileNotFoundError, ValueError) as exc:
         return fail(str(exc))
     tasks = [] if args.no_benchmarks else [t for t in args.benchmarks.split(",") if t]
     thresholds = evaluation.GateThresholds(min_pass_rate=args.min_pass_rate, max_bits_per_byte=args.max_bits_per_byte,
                                            max_bpb_vs_uniform=args.max_bpb_vs_uniform)
     payload = evaluation.run_eval_report(folder, cases, thresholds, benchmark_tasks=tasks,
-                                         benchmark_limit=args.limit or None, max_new_tokens=args.max_new_tokens)
+                                         benchmark_limit=args.limit or None, max_new_tokens=args.max_new_tokens,
+                                         device=args.device, dtype=args.dtype, batch_size=args.batch_size)
     if args.out:
         evaluation.write_eval_report(args.out, payload)
     lines = [f"{folder}: pass rate {payload['metrics']['pass_rate']:.3f} over {payload['summary']['n_cases']} cases"]
@@ -152,6 +155,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-benchmarks", action="store_true", help="skip lm-eval")
     p.add_argument("--limit", type=int, default=0, help="examples per lm-eval task (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="greedy tokens per case")
+    p.add_argument("--device", default="auto", help='auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N')
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weights dtype; auto: bfloat16 on a GPU, float32 on the CPU")
+    p.add_argument("--batch-size", type=int, default=32, help="cases per left-padded generate call (and lm-eval batch)")
     p.add_argument("--min-pass-rate", type=float, default=0.0, help="gate: overall pass rate")
     p.add_argument("--max-bits-per-byte", type=float, default=None, help="gate: perplexity task bits per byte")
     p.add_argument("--max-bpb-vs-uniform", type=float, default=None,

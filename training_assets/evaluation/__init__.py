@@ -21,6 +21,7 @@ per seam:
 - ``cases``: the eval case schema, JSONL loading and validation, held-out tasks as cases.
 - ``suite``: the reliability suite: greedy answers per case, per-case results, pass rates per category.
 - ``benchmarks``: EleutherAI lm-eval on the shipped task YAMLs, offline.
+- ``device``: where and in what dtype a checkpoint is evaluated (auto: CUDA + bf16 with a GPU, else CPU fp32).
 - ``gates``: the flat gate metrics and the pass/fail decision with its reasons.
 - ``report``: one stored, JSON-able report per checkpoint (suite + benchmarks + gate) and its chart.
 
@@ -34,6 +35,7 @@ from training_assets.evaluation.benchmarks import (DEFAULT_BENCHMARKS, evaluate_
                                                    shipped_task_config, uniform_bits_per_byte)
 from training_assets.evaluation.cases import (DEFAULT_CASES, EVAL_TASKS_DIR, EvalCase, cases_from_held_out,
                                               load_cases, parse_case)
+from training_assets.evaluation.device import Placement, resolve_device
 from training_assets.evaluation.gates import GateDecision, GateThresholds, decide_gate, gate_metrics
 from training_assets.evaluation.report import (EVAL_VERSION, REPORT_FILE, eval_chart_png, eval_config_id,
                                                load_eval_report, run_eval_report, write_eval_report)
@@ -43,8 +45,8 @@ from training_assets.evaluation.suite import (CaseResult, EvalReport, evaluate_c
 
 __all__ = [
     "DEFAULT_BENCHMARKS", "DEFAULT_CASES", "EVAL_TASKS_DIR", "EVAL_VERSION", "REPORT_FILE", "SCORERS", "CaseResult",
-    "EvalCase", "EvalReport", "GateDecision", "GateThresholds", "cases_from_held_out", "decide_gate", "eval_chart_png",
+    "EvalCase", "EvalReport", "GateDecision", "Placement", "GateThresholds", "cases_from_held_out", "decide_gate", "eval_chart_png",
     "eval_config_id", "evaluate_benchmarks", "evaluate_checkpoint", "gate_metrics", "generate_answers",
-    "lm_eval_available", "load_cases", "load_eval_report", "parse_case", "run_eval_report", "score_case",
+    "lm_eval_available", "load_cases", "load_eval_report", "parse_case", "resolve_device", "run_eval_report", "score_case",
     "shipped_task_config", "summarize", "uniform_bits_per_byte", "write_eval_report",
 ]

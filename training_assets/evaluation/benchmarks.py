@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.evaluation.cases import EVAL_TASKS_DIR
-from training_assets.trainers.loading import load_checkpoint
 
 DEFAULT_BENCHMARKS = ("ta_held_out_traces", "ta_held_out_perplexity")
 
@@ -64,12 +63,14 @@ def uniform_bits_per_byte(task_config: Mapping[str, Any], tokenizer: Any, limit:
 
 def evaluate_benchmarks(model_path: str | os.PathLike[str], tasks: Sequence[str] = DEFAULT_BENCHMARKS,
                         limit: int | None = None, batch_size: int = 32,
-                        loaded: tuple[Any, Any] | None = None) -> dict[str, Any]:
+                        loaded: tuple[Any, Any] | None = None, device: str = "auto", dtype: str = "auto") -> dict[str, Any]:
     """Run lm-eval tasks on a checkpoint, offline; ``{"tasks": {name: {metric: value}}}``.
 
     Shipped tasks (``training_assets/eval_tasks/*.yaml``) are passed as configs with absolute data
     paths; any other name goes through lm-eval's own task index. Without lm-eval installed the result
     is ``{"skipped": reason}`` rather than an error, so the reliability suite still runs.
+    ``device`` / ``dtype`` (``evaluation.device``; auto: CUDA + bf16 with a GPU, else CPU fp32) place
+    the model and go to lm-eval's HF model; with ``loaded`` the model's own device is used.
     """
     ok, reason = lm_eval_available()
     if not ok:
@@ -83,8 +84,13 @@ def evaluate_benchmarks(model_path: str | os.PathLike[str], tasks: Sequence[str]
     shipped = {p.stem for p in EVAL_TASKS_DIR.glob("*.yaml")}
     specs: list[Any] = [shipped_task_config(t) if t in shipped else t for t in tasks]
     manager = TaskManager(include_path=str(EVAL_TASKS_DIR), include_defaults=not set(tasks) <= shipped)
-    model, tokenizer = loaded or load_checkpoint(model_path, merge_adapter=True, dtype="float32")
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu",
+    if loaded is None:
+        from training_assets.evaluation.suite import load_for_eval
+
+        model, tokenizer, _ = load_for_eval(model_path, device, dtype)
+    else:
+        model, tokenizer = loaded
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device),
               max_length=getattr(model.config, "max_position_embeddings", None))
     out = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit,
                                   log_samples=False, random_seed=0, numpy_random_seed=0, torch_random_seed=0,

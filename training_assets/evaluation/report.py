@@ -17,35 +17,47 @@ from typing import Any
 from training_assets.evaluation.benchmarks import evaluate_benchmarks
 from training_assets.evaluation.cases import EvalCase
 from training_assets.evaluation.gates import GateThresholds, decide_gate, gate_metrics
-from training_assets.trainers.loading import load_checkpoint
-from training_assets.evaluation.suite import evaluate_checkpoint
+from training_assets.evaluation.suite import evaluate_checkpoint, load_for_eval
 
 EVAL_VERSION = "1"  # bump when scoring or generation changes: eval report assets re-run
 REPORT_FILE = "report.json"
 
 
 def eval_config_id(cases: Sequence[EvalCase], benchmark_tasks: Sequence[str], benchmark_limit: int | None,
-                   max_new_tokens: int) -> str:
-    """Identity of an evaluation setup: metrics are comparable only between reports that share it."""
+                   max_new_tokens: int, dtype: str = "float32") -> str:
+    """Identity of an evaluation setup: metrics are comparable only between reports that share it.
+
+    The dtype counts (bf16 greedy answers can differ from fp32 ones); float32, what every report
+    before device selection used, leaves the identity as it was.
+    """
     from training_assets.storage import fingerprint
 
-    return fingerprint([asdict(c) for c in cases], list(benchmark_tasks), benchmark_limit, max_new_tokens, EVAL_VERSION)
+    parts: list[object] = [[asdict(c) for c in cases], list(benchmark_tasks), benchmark_limit, max_new_tokens, EVAL_VERSION]
+    return fingerprint(*parts, *([dtype] if dtype != "float32" else []))
 
 
 def run_eval_report(checkpoint_path: str | os.PathLike[str], cases: Sequence[EvalCase], thresholds: GateThresholds,
                     baseline: Mapping[str, float] | None = None, baseline_name: str | None = None,
                     benchmark_tasks: Sequence[str] = (), benchmark_limit: int | None = None,
-                    max_new_tokens: int = 48) -> dict[str, Any]:
-    """Reliability suite + benchmarks + gate decision for one checkpoint, as one JSON-able report."""
-    loaded = load_checkpoint(checkpoint_path, merge_adapter=True, dtype="float32")
-    report = evaluate_checkpoint(checkpoint_path, cases, max_new_tokens=max_new_tokens, loaded=loaded)
-    benchmarks = (evaluate_benchmarks(checkpoint_path, benchmark_tasks, limit=benchmark_limit, loaded=loaded)
-                  if benchmark_tasks else {"tasks": {}})
+                    max_new_tokens: int = 48, device: str = "auto", dtype: str = "auto",
+                    batch_size: int = 32) -> dict[str, Any]:
+    """Reliability suite + benchmarks + gate decision for one checkpoint, as one JSON-able report.
+
+    ``device`` / ``dtype``: ``evaluation.device`` (auto: CUDA + bf16 with a GPU, else CPU fp32); the
+    placement used is recorded in the report (``placement``); ``batch_size``: generation and lm-eval batch.
+    """
+    model, tokenizer, placement = load_for_eval(checkpoint_path, device, dtype)
+    loaded = (model, tokenizer)
+    report = evaluate_checkpoint(checkpoint_path, cases, max_new_tokens=max_new_tokens, loaded=loaded,
+                                 batch_size=batch_size)
+    benchmarks = (evaluate_benchmarks(checkpoint_path, benchmark_tasks, limit=benchmark_limit, loaded=loaded,
+                                      batch_size=batch_size) if benchmark_tasks else {"tasks": {}})
     metrics = gate_metrics(report, benchmarks)
     decision = decide_gate(metrics, thresholds, baseline, baseline_name)
     return {"eval_version": EVAL_VERSION, "summary": report.summary(), "report": report.to_dict(),
-            "eval_config": eval_config_id(cases, benchmark_tasks, benchmark_limit, max_new_tokens),
+            "eval_config": eval_config_id(cases, benchmark_tasks, benchmark_limit, max_new_tokens, placement.dtype),
             "benchmarks": benchmarks, "metrics": metrics, "baseline": dict(baseline or {}),
+            "placement": placement.to_dict(),
             "thresholds": asdict(thresholds) | {"min_category_pass_rate": dict(thresholds.min_category_pass_rate)},
             "gate": {"passed": decision.passed, "reasons": list(decision.reasons), "compared_to": decision.compared_to}}
 

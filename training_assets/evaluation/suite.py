@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from training_assets.evaluation.cases import DEFAULT_CASES, EvalCase, load_cases, parse_case
+from training_assets.evaluation.device import Placement, resolve_device
 from training_assets.trainers.loading import load_checkpoint
 from training_assets.evaluation.scorers import SCORERS
 
@@ -99,6 +100,7 @@ def generate_answers(model: Any, tokenizer: Any, cases: Sequence[EvalCase], max_
             enc = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")  # (B, T)
             if tokenizer.pad_token_id is None:
                 enc["input_ids"][enc["attention_mask"] == 0] = pad
+            enc = {k: v.to(model.device) for k, v in enc.items()}
             with torch.no_grad():
                 out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      eos_token_id=stop or None, pad_token_id=pad)  # (B, T + new)
@@ -108,14 +110,24 @@ def generate_answers(model: Any, tokenizer: Any, cases: Sequence[EvalCase], max_
     return answers
 
 
+def load_for_eval(path: str | os.PathLike[str], device: str = "auto", dtype: str = "auto") -> tuple[Any, Any, Placement]:
+    """``(model, tokenizer, placement)``: the checkpoint (adapter merged) in ``dtype`` on ``device`` (``resolve_device``)."""
+    placement = resolve_device(device, dtype)
+    model, tokenizer = load_checkpoint(path, merge_adapter=True, dtype=placement.dtype)
+    return model.to(placement.device), tokenizer, placement
+
+
 def evaluate_checkpoint(path: str | os.PathLike[str],
                         cases: Sequence[EvalCase | Mapping[str, Any]] | str | os.PathLike[str] = DEFAULT_CASES,
-                        max_new_tokens: int = 48, loaded: tuple[Any, Any] | None = None) -> EvalReport:
+                        max_new_tokens: int = 48, loaded: tuple[Any, Any] | None = None, device: str = "auto",
+                        dtype: str = "auto", batch_size: int = 32) -> EvalReport:
     """Run the reliability suite: generate an answer per case, score it, pass rates per category.
 
     ``path``: a checkpoint asset folder (manifest.json), a HF model dir or a PEFT adapter dir;
     ``cases``: EvalCase objects, case dicts (the JSONL shape) or a JSONL path; ``loaded``: the
-    ``(model, tokenizer)`` already loaded from ``path`` (saves loading it twice).
+    ``(model, tokenizer)`` already loaded from ``path`` (saves loading it twice; ``device`` and
+    ``dtype`` then do not apply); ``device`` / ``dtype``: see ``evaluation.device`` (auto: CUDA +
+    bf16 when there is a GPU, else CPU fp32); ``batch_size``: cases per left-padded generate call.
     """
     import torch
 
@@ -125,6 +137,6 @@ def evaluate_checkpoint(path: str | os.PathLike[str],
     if not cases:
         raise ValueError("no eval cases: pass a non-empty list or a JSONL file of cases")
     torch.manual_seed(0)
-    model, tokenizer = loaded or load_checkpoint(path, merge_adapter=True, dtype="float32")
-    answers = generate_answers(model, tokenizer, cases, max_new_tokens)
+    model, tokenizer = loaded or load_for_eval(path, device, dtype)[:2]
+    answers = generate_answers(model, tokenizer, cases, max_new_tokens, batch_size)
     return summarize([score_case(c, a) for c, a in zip(cases, answers, strict=True)], checkpoint=str(path))

@@ -43,6 +43,13 @@ class EvalReportConfig(dg.Config):
     benchmark_limit: int = Field(BENCHMARK_LIMIT, ge=0, description=(
         "Examples per lm-eval task (0 = all: 60 multiple-choice tasks, 40 transcripts); 30 keeps the demo fast. "
         "Default from TRAINING_ASSETS_EVAL_BENCHMARK_LIMIT: runs the automation launches take the defaults."))
+    device: str = Field("auto", description=(
+        'Where the checkpoint is evaluated: "auto" (the first GPU when torch sees one, else the CPU), "cpu", "cuda" '
+        'or "cuda:N".'))
+    dtype: str = Field("auto", description=(
+        'Weights dtype: "auto" (bfloat16 on a GPU, float32 on the CPU), "float32", "bfloat16" or "float16". '
+        "A non-fp32 report is not compared with fp32 ones (its eval_config differs)."))
+    batch_size: int = Field(32, ge=1, description="Cases per left-padded greedy generate call (and lm-eval's batch).")
     min_pass_rate: float = Field(0.0, ge=0.0, le=1.0, description=(
         "Gate: overall reliability pass rate. 0 on the demo (seconds-trained tiny models); production sets e.g. 0.8."))
     min_category_pass_rate: dict[str, float] = Field({}, description="Gate per category, e.g. {'safety': 1.0} in production.")
@@ -95,12 +102,14 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
     name = f"v{current.version} ({current.checkpoint_id})"
     tasks, limit = config.benchmark_tasks, config.benchmark_limit or None
     summary = current.lineage.eval_summary
-    if summary.get("eval_config") == evaluation.eval_config_id(cases, tasks, limit, config.max_new_tokens):
+    dtype = evaluation.resolve_device(config.device, config.dtype).dtype
+    if summary.get("eval_config") == evaluation.eval_config_id(cases, tasks, limit, config.max_new_tokens, dtype):
         return dict(summary.get("metrics", {})), name
     context.log.info(f"registered {name} was evaluated with another setup: evaluating its snapshot again")
     payload = evaluation.run_eval_report(registry.local_dir(current), cases, evaluation.GateThresholds(),
                                          benchmark_tasks=tasks, benchmark_limit=limit,
-                                         max_new_tokens=config.max_new_tokens)
+                                         max_new_tokens=config.max_new_tokens, device=config.device,
+                                         dtype=config.dtype, batch_size=config.batch_size)
     return payload["metrics"], f"{name}, re-evaluated"
 
 
@@ -112,7 +121,8 @@ def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str
     baseline, baseline_name = _baseline(context, config, cases, tracking_uri)
     payload = evaluation.run_eval_report(
         paths.asset_dir(checkpoint, root), cases, config.thresholds(), baseline,
-        baseline_name, config.benchmark_tasks, config.benchmark_limit or None, config.max_new_tokens)
+        baseline_name, config.benchmark_tasks, config.benchmark_limit or None, config.max_new_tokens,
+        device=config.device, dtype=config.dtype, batch_size=config.batch_size)
     payload |= {"checkpoint_asset": checkpoint, "checkpoint_data_version": manifest.data_version,
                 "cases_path": cases_file}
     version = fingerprint(payload["checkpoint_data_version"], sha256_file(cases_file), config.model_dump(),
