@@ -130,7 +130,7 @@ def with_lora(model):
 class Trainee:
     """A model, its optimizer and a fixed batch: ``steps(n)`` trains n steps and returns (wall s, losses)."""
 
-    def __init__(self, host: Host, model, lora: bool) -> None:
+    def __init__(self, host: Host, model, lora: bool, fused: bool = True) -> None:
         import torch
 
         self.host, self.model, self.lora = host, model, lora
@@ -138,7 +138,7 @@ class Trainee:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.n_trainable = sum(p.numel() for p in self.trainable)
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=1e-4, fused=not host.dry)
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=1e-4, fused=fused and not host.dry)
         generator = torch.Generator().manual_seed(1)
         self.ids = torch.randint(0, host.shape["vocab_size"], (host.batch, host.seq_len), generator=generator).to(host.device)
 
@@ -213,7 +213,7 @@ def check_qlora(host: Host) -> dict:
 def compare_sides(host: Host, make_a, make_b, names: tuple[str, str]) -> dict:
     """Two trainees, alternating timed rounds of ``steps``; median tokens/s ratio b/a and its spread."""
     sides = {names[0]: Trainee(host, make_a(), lora=True), names[1]: Trainee(host, make_b(), lora=True)}
-    first = {n: t.steps(host.warmup)[1][0] for n, t in sides.items()}  # same weights, same batch: same first loss
+    first = {n: t.steps(max(host.warmup, 1))[1][0] for n, t in sides.items()}  # same weights, same batch: same first loss
     walls: dict[str, list[float]] = {n: [] for n in names}
     peaks: dict[str, float | None] = {}
     for _ in range(host.rounds):
@@ -270,7 +270,7 @@ def check_fsdp(host: Host) -> dict:
             return fully_shard(model)
 
         full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        trainee = Trainee(host, sharded(0), lora=False)
+        trainee = Trainee(host, sharded(0), lora=False, fused=False)  # foreach AdamW: the usual FSDP2 pairing
         trainee.steps(1)
         t0 = time.perf_counter()
         state = {k: v.clone().contiguous() for k, v in get_model_state_dict(trainee.model, options=full).items()}

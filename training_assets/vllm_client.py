@@ -64,7 +64,8 @@ class VllmClient:
         require_allowed(self.base_url, allowed_urls)  # before any request can carry the key
         self.api_key_env, self.retry, self.timeout_s = api_key_env, retry or RetryPolicy(), timeout_s
         self._sleep, self._rng = sleep, random.Random(seed)
-        self.retries = 0  # retried requests so far (a figure for logs and tests)
+        self.retries = 0  # retries so far, all requests (a figure for logs and tests)
+        self.last_attempts = 0  # tries the latest request took
 
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env)
@@ -78,6 +79,7 @@ class VllmClient:
         last = ""
         status: int | None = None
         for attempt in range(self.retry.max_attempts):
+            self.last_attempts = attempt + 1
             if attempt:
                 self.retries += 1
                 self._sleep(self.retry.delay_s(attempt - 1, self._rng.random()))
@@ -109,8 +111,8 @@ class VllmClient:
         try:
             self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
         except VllmError as exc:
-            if exc.status == 400 and "already" in str(exc) and self.retries:
-                return
+            if exc.status == 400 and "already" in str(exc) and self.last_attempts > 1:
+                return  # the try that timed out or failed upstream did load it
             raise VllmError(f"{exc} (loading adapter {name!r} from {path}: the server needs --enable-lora, "
                             "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and read access to that path)", exc.status) from None
 

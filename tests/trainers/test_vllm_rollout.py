@@ -98,6 +98,18 @@ def test_the_last_retry_names_the_url_and_status(server):
     assert client.retries == 1
 
 
+def test_sync_every_sync_steps_at_once_after_a_resume_and_never_after_the_last_step(monkeypatch, tmp_path):
+    from training_assets.trainers.policy_sync import VllmPolicySync
+
+    sync = VllmPolicySync(client=None, base_model="base", run="r", adapter_dir=tmp_path, sync_steps=2)
+    synced = []
+    monkeypatch.setattr(sync, "sync", lambda model, step: synced.append(step))
+    sync.after_step(3, 10, None, True)  # resumed at step 3: the server must get the restored adapter now
+    for step in range(4, 11):
+        sync.after_step(step, 10, None, False)
+    assert synced == [3, 4, 6, 8]  # 10 is the last step: no rollout follows it
+
+
 def test_backoff_doubles_up_to_the_cap_with_bounded_jitter():
     policy = RetryPolicy(backoff_s=0.5, max_backoff_s=3.0, jitter=0.5)
     assert [policy.delay_s(k, 0.0) for k in range(4)] == [0.5, 1.0, 2.0, 3.0]
