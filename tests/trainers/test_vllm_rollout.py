@@ -98,6 +98,29 @@ def test_the_last_retry_names_the_url_and_status(server):
     assert client.retries == 1
 
 
+def test_loading_a_name_twice_is_an_error_unless_the_first_try_was_retried(fake_vllm_lib, tmp_path):
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    adapter = tmp_path / "run-v1"
+    adapter.mkdir()
+    save_file({"base_model.model.lora_A.weight": np.zeros((2, 4), dtype=np.float32)}, str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 2}))
+    server = fake_vllm_lib.FakeVllm()
+    try:
+        client = VllmClient(server.base_url, retry=RetryPolicy(max_attempts=2, backoff_s=0.0))
+        client.load_adapter("run-v1", str(adapter))
+        with pytest.raises(VllmError, match="has already been loaded.*--enable-lora"):
+            client.load_adapter("run-v1", str(adapter))
+        with pytest.raises(VllmError, match="answered 400.*No adapter found"):
+            client.load_adapter("run-v2", str(tmp_path / "missing"))
+    finally:
+        server.close()
+    assert server.adapters == {"run-v1": str(adapter)}
+
+
 def test_sync_every_sync_steps_at_once_after_a_resume_and_never_after_the_last_step(monkeypatch, tmp_path):
     from training_assets.trainers.policy_sync import VllmPolicySync
 
