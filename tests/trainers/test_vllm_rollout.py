@@ -98,7 +98,7 @@ def test_the_last_retry_names_the_url_and_status(server):
     assert client.retries == 1
 
 
-def test_loading_a_name_twice_is_an_error_unless_the_first_try_was_retried(fake_vllm_lib, tmp_path):
+def test_loading_a_name_twice_or_a_missing_folder_is_a_clear_error(fake_vllm_lib, tmp_path):
     import json
 
     import numpy as np
