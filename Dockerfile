@@ -32,6 +32,9 @@ COPY training_assets ./training_assets
 COPY kernels ./kernels
 # editable: definitions.py finds the project (pyproject [tool.dg]) next to the package
 RUN pip install -e ".[${EXTRAS}]"
+# site-packages were compiled by pip; the project's own modules too (PYTHONDONTWRITEBYTECODE above):
+# otherwise every run worker recompiles them on import
+RUN python -m compileall -q training_assets kernels
 ENV DAGSTER_HOME=/opt/dagster/dagster_home TRAINING_ASSETS_DATA=/data \
     NUMBA_CACHE_DIR=/opt/dagster/storage/numba_cache HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 COPY deploy/dagster.yaml deploy/workspace.yaml /opt/dagster/dagster_home/
