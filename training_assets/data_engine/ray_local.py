@@ -24,6 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# Before anything imports ray: it reads this once, at import (see the module docstring).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 PYCACHE = Path(os.environ.get("TRAINING_ASSETS_RAY_PYCACHE", Path.home() / ".cache" / "training_assets" / "ray-pycache"))
 OBJECT_STORE_BYTES = 300 << 20
 AGENT_MODULES = "import ray.dashboard.agent, ray._private.runtime_env.agent.main, ray._private.workers.default_worker"
@@ -60,10 +63,14 @@ def loopback_nodes(ray: Any) -> list[str]:
 @contextmanager
 def local_cluster(nodes: int = 2, cpus_per_node: int = 1) -> Iterator[Any]:
     """A ``ray.cluster_utils.Cluster`` of ``nodes`` loopback nodes (the head is one), shut down after."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     PYCACHE.mkdir(parents=True, exist_ok=True)
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:  # read once, when ray is imported: nodes would bind the machine's address
+        raise RuntimeError("ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; set it in the "
+                           "environment (or import training_assets.data_engine.ray_local first)")
     subprocess.run([sys.executable, "-c", AGENT_MODULES], check=True, env=os.environ.copy())
     from ray.cluster_utils import Cluster
 
