@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from training_assets import data_engine, sample_traces
+from training_assets import data_engine
+from training_assets.cli import main as cli
 from training_assets.data_engine import CurationConfig
 from training_assets.data_engine.corpus import CORPUS_ASSET
 
@@ -63,7 +64,7 @@ def _assert_same(local, on_ray, local_dir, root):
     assert not list((root / "ray_work").iterdir()), "the run's work folder was left behind"
 
 
-def test_sample_traces_same_answer_as_local(cluster, sample_root, tmp_path):
+def test_sample_traces_same_answer_as_local(cluster, sample_root, tmp_path, capsys):
     root, _ = sample_root
     data_engine.write_held_out_sets(sorted((root / "held_out").glob("*.jsonl")), root)
     local, on_ray, local_dir = _both_engines(root, tmp_path, ray_shard_docs=40, ray_partitions=3)
@@ -73,6 +74,10 @@ def test_sample_traces_same_answer_as_local(cluster, sample_root, tmp_path):
     assert info["nodes"] == 2 and info["node_addresses"] == ["127.0.0.1", "127.0.0.1"]
     assert info["shards"] > len(ingest_inbox(root)) and info["tasks"] > info["shards"]
     assert set(info["seconds"]) >= {"shard", "exact", "buckets", "verify", "cc", "assemble", "write"}
+    assert cli(["curate", "--root", str(root), "--engine", "ray", "--ray-address", cluster.address, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["dataset_version"] == local.version.id and payload["ray"]["nodes"] == 2
+    assert filecmp.cmp(local_dir / "corpus.parquet", root / CORPUS_ASSET / "corpus.parquet", shallow=False)
 
 
 def _synthetic_corpus(n_docs, seed=0):
