@@ -124,6 +124,18 @@ def test_synthetic_planted_duplicates_same_answer(cluster, data_root, tmp_path):
     assert on_ray.engine_info["shards"] == 4 and on_ray.engine_info["cc_rounds"] >= 2
 
 
+def test_dedup_entry_same_result_as_local(cluster, data_root):
+    records = _synthetic_corpus(1500, seed=3)
+    local = data_engine.dedup(records)
+    on_ray = data_engine.dedup(records, engine="ray")
+    assert [r["id"] for r in on_ray.kept] == [r["id"] for r in local.kept]
+    assert on_ray.clusters == local.clusters and on_ray.stats == local.stats
+    assert [d.to_dict() for d in on_ray.dropped] == [d.to_dict() for d in local.dropped]
+    assert on_ray.pair_index.tolist() == local.pair_index.tolist()
+    assert on_ray.pair_similarity.tolist() == local.pair_similarity.tolist()
+    assert local.stats["near_duplicates"] > 50 and not list((data_root / "ray_work").iterdir())
+
+
 def test_missing_ray_or_cluster_address_is_a_clear_error(monkeypatch):
     from training_assets.data_engine import ray_engine
 

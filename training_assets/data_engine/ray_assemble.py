@@ -25,8 +25,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from training_assets.data_engine.corpus import CORPUS_SCHEMA, DECISION_SCHEMA, load_held_out_sets
 from training_assets.data_engine.decontam import build_index, find_overlaps
-from training_assets.data_engine.ray_files import gpos_of, read_tables, row_of, save_table, shard_of, shards_with
+from training_assets.data_engine.ray_files import (
+    gpos_of,
+    read_tables,
+    row_of,
+    save_table,
+    shard_of,
+    shards_with,
+    write_partitioned,
+)
 from training_assets.data_engine.ray_reduce import LABEL_SCHEMA
 from training_assets.data_engine.ray_shard import EXACT_DUP_SCHEMA, REPEAT_SCHEMA
 from training_assets.storage import PARQUET_OPTIONS
@@ -55,8 +64,6 @@ def _labels(work: Path, shard: int) -> dict[int, tuple[int, float]]:
 
 def assemble_stage(work: str, shard: int, root: str, method: str, threshold: float, decontam: bool,
                    decontam_ngram: int, decontam_min_ngram: int, n_shards: int) -> dict[str, Any]:
-    from training_assets.data_engine.corpus import load_held_out_sets
-
     base = Path(work)
     records = pq.read_table(base / "shards" / f"s{shard}" / "records.parquet").to_pylist()
     gpos = gpos_of(shard, np.arange(len(records))).tolist()
@@ -104,13 +111,9 @@ def assemble_stage(work: str, shard: int, root: str, method: str, threshold: flo
         if not row["kept"]:
             reasons[f"{row['stage']}/{row['reason']}"] += 1
         decisions.append(row)
-    from training_assets.data_engine.corpus import DECISION_SCHEMA
-
     save_table(base / "final" / f"s{shard}" / "decisions.parquet", pa.Table.from_pylist(decisions, schema=DECISION_SCHEMA))
     save_table(base / "final" / f"s{shard}" / "kept.parquet", pa.Table.from_pylist(kept, schema=KEPT_SCHEMA))
     member_table = pa.Table.from_pylist(members, schema=MEMBER_SCHEMA)
-    from training_assets.data_engine.ray_files import write_partitioned
-
     write_partitioned(base / "members", f"s{shard}", member_table, shard_of(member_table.column("root").to_numpy()),
                       n_shards, prefix="s")
     residual = []
@@ -122,8 +125,6 @@ def assemble_stage(work: str, shard: int, root: str, method: str, threshold: flo
 
 
 def cluster_stage(work: str, shard: int) -> dict[str, Any]:
-    from training_assets.data_engine.corpus import CORPUS_SCHEMA
-
     base = Path(work)
     kept = pq.read_table(base / "final" / f"s{shard}" / "kept.parquet")
     members = read_tables(base / "members" / f"s{shard}", MEMBER_SCHEMA).sort_by([("root", "ascending"),

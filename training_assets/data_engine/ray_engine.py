@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets import ingest, paths
@@ -114,13 +115,16 @@ def cluster_info(ray: Any, dashboard: str | None) -> dict[str, Any]:
             "cpus": int(ray.cluster_resources().get("CPU", 0)), "dashboard_url": dashboard}
 
 
-def run_pipeline(stages: Stages, work: Path, root: Path, config: Any, specs: list[dict[str, Any]], parts: int
-                 ) -> dict[str, Any]:
-    """Stages 1-6 of the module docstring over ``specs``; -> the per-stage results the report needs."""
+def run_pipeline(stages: Stages, work: Path, root: Path, config: Any, specs: list[dict[str, Any]], parts: int,
+                 filters: bool = True) -> dict[str, Any]:
+    """Stages 1-6 of the module docstring over ``specs``; -> the per-stage results the report needs.
+
+    ``filters``: run the quality filter and decontamination (``curate``); off for ``dedup``."""
     params, w, n_shards = config.dedup, str(work), len(specs)
     shard_range = range(n_shards)
     shards = stages.run("shard", "ray_shard", "shard_stage", [
-        {"work": w, "shard": s, "spec": spec, "root": str(root), "quality": config.quality, "decontam": True,
+        {"work": w, "shard": s, "spec": spec, "root": str(root), "quality": config.quality if filters else None,
+         "decontam": filters,
          "decontam_ngram": config.decontam_ngram, "decontam_min_ngram": config.decontam_min_ngram,
          "params": params, "n_parts": parts} for s, spec in enumerate(specs)])
     batches = [spec.get("batch_id") for spec in specs]
@@ -147,7 +151,7 @@ def run_pipeline(stages: Stages, work: Path, root: Path, config: Any, specs: lis
                                                  for q in range(parts)])
     assembled = stages.run("assemble", "ray_assemble", "assemble_stage", [
         {"work": w, "shard": s, "root": str(root), "method": params.method, "threshold": params.threshold,
-         "decontam": True, "decontam_ngram": config.decontam_ngram, "decontam_min_ngram": config.decontam_min_ngram,
+         "decontam": filters, "decontam_ngram": config.decontam_ngram, "decontam_min_ngram": config.decontam_min_ngram,
          "n_shards": n_shards} for s in shard_range])
     clusters = stages.run("clusters", "ray_assemble", "cluster_stage", [{"work": w, "shard": s} for s in shard_range])
     return {"specs": specs, "shards": shards, "bands": bands, "verified": verified, "assembled": assembled, "clusters": clusters,
@@ -185,3 +189,36 @@ def curate_on_ray(root: str | os.PathLike[str] | None, config: Any) -> Any:
         if connected:
             ray.shutdown()
 
+
+
+def dedup_on_ray(records: list[dict[str, Any]], params: Any, ray_address: str | None = None,
+                 shard_docs: int = 100_000, partitions: int | None = None) -> Any:
+    """``dedup.dedup`` on the cluster: the same ``DedupResult`` (kept, clusters, drops, verified
+    pairs, stats). Records are staged as Parquet under ``<data root>/ray_work/<run id>/`` (the data
+    root of ``$TRAINING_ASSETS_DATA``, which every node must see)."""
+    from training_assets.data_engine.corpus import CurationConfig
+    from training_assets.data_engine.ray_report import dedup_result
+
+    ray = import_ray()
+    if params.method != "minhash":
+        raise ValueError(f"engine='ray' runs MinHash dedup; method {params.method!r} runs on engine='local'")
+    root = paths.data_root(None)
+    work = root / "ray_work" / uuid.uuid4().hex[:12]
+    connected, _ = connect(ray, ray_address)
+    try:
+        work.mkdir(parents=True)
+        source = work / "input.parquet"
+        pq.write_table(pa.table({"id": pa.array([r["id"] for r in records], pa.string()),
+                                 "text": pa.array([r["text"] for r in records], pa.string())}),
+                       source, row_group_size=shard_docs)
+        n_groups = pq.ParquetFile(source).metadata.num_row_groups
+        specs = [{"kind": "raw", "source": str(source), "row_groups": [g], "start": g * shard_docs,
+                  "stop": min((g + 1) * shard_docs, len(records))} for g in range(n_groups)]
+        parts = partitions or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        config = CurationConfig(dedup=params)
+        results = run_pipeline(Stages(ray), work, root, config, specs, parts, filters=False)
+        return dedup_result(work, records, params, results, parts)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if connected:
+            ray.shutdown()

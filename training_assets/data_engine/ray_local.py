@@ -62,15 +62,19 @@ def loopback_nodes(ray: Any) -> list[str]:
 
 @contextmanager
 def local_cluster(nodes: int = 2, cpus_per_node: int = 1) -> Iterator[Any]:
-    """A ``ray.cluster_utils.Cluster`` of ``nodes`` loopback nodes (the head is one), shut down after."""
-    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    PYCACHE.mkdir(parents=True, exist_ok=True)
+    """A ``ray.cluster_utils.Cluster`` of ``nodes`` loopback nodes (the head is one), shut down after.
+
+    The bytecode settings hold while the cluster runs (its processes inherit them) and are restored after.
+    """
     from ray._private import ray_constants
 
     if ray_constants.ENABLE_RAY_CLUSTER:  # read once, when ray is imported: nodes would bind the machine's address
         raise RuntimeError("ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; set it in the "
                            "environment (or import training_assets.data_engine.ray_local first)")
+    saved = {k: os.environ.get(k) for k in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
+    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    PYCACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-c", AGENT_MODULES], check=True, env=os.environ.copy())
     from ray.cluster_utils import Cluster
 
@@ -82,3 +86,8 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1) -> Iterator[Any]:
         yield cluster
     finally:
         cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -11,13 +11,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from training_assets import paths
 from training_assets.data_engine import corpus
 from training_assets.data_engine.decontam import build_index
-from training_assets.data_engine.dedup import lsh_params
+from training_assets.data_engine.dedup import DedupResult, lsh_params
+from training_assets.data_engine.filters import Dropped
 from training_assets.data_engine.provenance import dataset_provenance
 from training_assets.data_engine.ray_assemble import CLUSTER_SCHEMA, concat_parquet
-from training_assets.data_engine.ray_reduce import BUCKET_SCHEMA
+from training_assets.data_engine.ray_files import read_tables, row_of, shard_of
+from training_assets.data_engine.ray_reduce import BUCKET_SCHEMA, EDGE_SCHEMA
 from training_assets.storage import atomic_dir, sha256_file, write_json_atomic
 
 
@@ -59,17 +65,7 @@ def build_report(root: Path, config: Any, results: dict[str, Any], out: dict[str
         for f in sorted(out["folder"].iterdir()):
             f.replace(tmp / f.name)
         write_json_atomic(tmp / corpus.VERSION_FILE, version.to_dict())
-    bands, rows = lsh_params(params.threshold, params.num_perm, params.target_recall, params.method)
-    candidates = sum(r["candidate_pairs"] for r in results["verified"])
-    n_exact, n_dedup_dropped = reasons["dedup/exact_duplicate"], counts["decontaminate"] - counts["dedup"]
-    dedup_stats = {"method": params.method, "threshold": params.threshold, "num_perm": params.num_perm,
-                   "ngram": params.ngram, "seed": params.seed, "bands": bands, "rows": rows,
-                   "candidate_pairs": candidates, "accepted_on_signature": 0, "checked_exactly": candidates,
-                   "verified_pairs": sum(r["verified_pairs"] for r in results["verified"]),
-                   "empty_documents": sum(r["empty_unique"] for r in results["bands"]),
-                   "input": counts["decontaminate"], "kept": counts["dedup"], "exact_duplicates": n_exact,
-                   "near_duplicates": n_dedup_dropped - n_exact,
-                   "dedup_rate": n_dedup_dropped / counts["decontaminate"] if counts["decontaminate"] else 0.0}
+    dedup_stats = _dedup_stats(params, results, counts["decontaminate"], counts["dedup"], reasons["dedup/exact_duplicate"])
     index = build_index(corpus.load_held_out_sets(root), config.decontam_ngram, config.decontam_min_ngram)
     decontam_stats = {"input": counts["quality_filter"], "kept": counts["decontaminate"],
                       "dropped": counts["quality_filter"] - counts["decontaminate"], "index_ngrams": index.size,
@@ -85,3 +81,51 @@ def build_report(root: Path, config: Any, results: dict[str, Any], out: dict[str
     return corpus.CurationReport(version, target, counts, version.drop_reasons, dict(sorted(sizes.items())),
                                  dedup_stats, store_report, residual, decontam_stats,
                                  sha256_file(target / corpus.CORPUS_FILE)[:16], engine_info=info)
+
+
+def _dedup_stats(params: Any, results: dict[str, Any], n_input: int, n_kept: int, n_exact: int) -> dict[str, Any]:
+    """``dedup``'s stats, from the tasks' counts (key for key what ``dedup_unique`` + ``assemble`` report)."""
+    bands, rows = lsh_params(params.threshold, params.num_perm, params.target_recall, params.method)
+    candidates = sum(r["candidate_pairs"] for r in results["verified"])
+    return {"method": params.method, "threshold": params.threshold, "num_perm": params.num_perm,
+            "ngram": params.ngram, "seed": params.seed, "bands": bands, "rows": rows,
+            "candidate_pairs": candidates, "accepted_on_signature": 0, "checked_exactly": candidates,
+            "verified_pairs": sum(r["verified_pairs"] for r in results["verified"]),
+            "empty_documents": sum(r["empty_unique"] for r in results["bands"]),
+            "input": n_input, "kept": n_kept, "exact_duplicates": n_exact, "near_duplicates": n_input - n_kept - n_exact,
+            "dedup_rate": (n_input - n_kept) / n_input if n_input else 0.0}
+
+
+def dedup_result(work: Path, records: list[dict[str, Any]], params: Any, results: dict[str, Any], n_parts: int
+                 ) -> DedupResult:
+    """The ``DedupResult`` of a ``filters=False`` run, read back from the shards' parts."""
+    n_shards = len(results["specs"])
+    decisions = pa.concat_tables([pq.read_table(work / "final" / f"s{s}" / "decisions.parquet") for s in range(n_shards)])
+    clusters_table = pa.concat_tables([pq.read_table(work / "final" / f"s{s}" / "clusters.parquet")
+                                       for s in range(n_shards)])
+    kept, dropped = [], []
+    for record, row in zip(records, decisions.to_pylist(), strict=True):
+        if row["kept"]:
+            kept.append(record)
+        else:
+            dropped.append(Dropped(row["id"], row["stage"], row["reason"], row["detail"], row["duplicate_of"],
+                                   row["similarity"]))
+    clusters: dict[str, list[str]] = {}
+    for member, rep in zip(clusters_table.column("id").to_pylist(), clusters_table.column("representative").to_pylist(),
+                           strict=True):
+        clusters.setdefault(rep, []).append(member)
+    starts = np.cumsum([0] + [spec["stop"] - spec["start"] for spec in results["specs"]])
+    edges = read_tables_many([work / "edges" / f"n{q}" for q in range(n_parts)], EDGE_SCHEMA)
+    src, dst, sim = (edges.column(c).to_numpy() for c in ("src", "dst", "sim"))
+    forward = src < dst
+    a = starts[shard_of(src[forward])] + row_of(src[forward])
+    b = starts[shard_of(dst[forward])] + row_of(dst[forward])
+    order = np.lexsort((b, a))
+    pair_index = np.stack([a[order], b[order]], axis=1).astype(np.int64) if len(a) else np.zeros((0, 2), np.int64)
+    n_exact = sum(d.reason == "exact_duplicate" for d in dropped)
+    stats = _dedup_stats(params, results, len(records), len(kept), n_exact)
+    return DedupResult(kept, clusters, dropped, pair_index, sim[forward][order], [r["id"] for r in records], stats)
+
+
+def read_tables_many(folders: list[Path], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables([read_tables(f, schema) for f in folders])

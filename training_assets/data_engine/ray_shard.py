@@ -63,6 +63,10 @@ def read_shard(spec: dict[str, Any], root: str) -> list[dict[str, Any]]:
     if spec["kind"] == "batch":
         return staged.batch_records(spec["batch_id"], root)[start:stop]
     source = spec["source"]
+    if spec["kind"] == "raw":  # dedup's records as given: no normalisation, no source fields
+        table = pq.ParquetFile(source).read_row_groups(spec["row_groups"], columns=["id", "text"])
+        return [{"id": i, "text": t} for i, t in zip(table.column("id").to_pylist(), table.column("text").to_pylist(),
+                                                     strict=True)]
     if spec.get("row_groups") is not None:  # a slice of a Parquet source: its row groups, numbered globally
         label = Path(source).stem
         table = pq.ParquetFile(source).read_row_groups(spec["row_groups"])
@@ -109,7 +113,7 @@ def shard_stage(work: str, shard: int, spec: dict[str, Any], root: str, quality:
                 decontam: bool, decontam_ngram: int, decontam_min_ngram: int, params: DedupParams,
                 n_parts: int) -> dict[str, Any]:
     """Map stage 1 of one shard; see the module docstring. Returns counts for the driver."""
-    from training_assets.data_engine.corpus import load_held_out_sets
+    from training_assets.data_engine.corpus import load_held_out_sets  # corpus imports this engine lazily
 
     folder = Path(work) / "shards" / f"s{shard}"
     records = read_shard(spec, root)
