@@ -136,6 +136,36 @@ def test_dedup_entry_same_result_as_local(cluster, data_root):
     assert local.stats["near_duplicates"] > 50 and not list((data_root / "ray_work").iterdir())
 
 
+def test_asset_on_ray_reuses_stored_signatures_and_reports_the_cluster(cluster, sample_root, tmp_path):
+    import dagster as dg
+
+    from training_assets.defs.corpus.assets import MinhashShingling, curated_corpus, held_out_sets, minhash_signatures
+    from training_assets.defs.partitions import trace_batches
+    from training_assets.defs.resources import DataRoot
+
+    root, batch_ids = sample_root
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(trace_batches.name, batch_ids)
+    resources = {"data_root": DataRoot(path=str(root)), "minhash": MinhashShingling()}
+    assert dg.materialize([held_out_sets], resources=resources, instance=instance).success
+    for batch_id in batch_ids:
+        assert dg.materialize([minhash_signatures], partition_key=batch_id, resources=resources, instance=instance).success
+
+    def materialise(config):
+        result = dg.materialize([curated_corpus], resources=resources, instance=instance,
+                                run_config={"ops": {"curated_corpus": {"config": config}}})
+        assert result.success
+        event = result.asset_materializations_for_node("curated_corpus")[0]
+        return {k: v.value for k, v in event.metadata.items()}, (root / CORPUS_ASSET / "corpus.parquet").read_bytes()
+
+    local, local_bytes = materialise({})
+    on_ray, ray_bytes = materialise({"engine": "ray", "ray_address": cluster.address, "ray_shard_docs": 50})
+    assert ray_bytes == local_bytes and on_ray["dataset_version"] == local["dataset_version"]
+    assert on_ray["signatures"] == local["signatures"] and on_ray["signatures"]["from_store"] > 0
+    assert on_ray["engine"] == "ray" and on_ray["ray"]["nodes"] == 2 and on_ray["ray"]["tasks"] > 0
+    assert "ray" not in local
+
+
 def test_missing_ray_or_cluster_address_is_a_clear_error(monkeypatch):
     from training_assets.data_engine import ray_engine
 
