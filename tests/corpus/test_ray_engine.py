@@ -6,7 +6,6 @@ down after the module. The worker-loss test runs last: it removes the worker nod
 
 import filecmp
 import json
-import random
 import shutil
 import threading
 import time
@@ -21,12 +20,12 @@ from training_assets.data_engine import CurationConfig
 from training_assets.data_engine.corpus import CORPUS_ASSET
 
 from .conftest import ingest_inbox
+from .test_ray_stages import OUTPUT_FILES, synthetic_corpus
 
 from training_assets.data_engine.ray_local import local_cluster, loopback_nodes  # before ray: loopback-only nodes
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[scale]'): the Ray engine is not tested")
 
-OUTPUT_FILES = ("corpus.parquet", "decisions.parquet", "buckets.parquet", "clusters.parquet", "dataset_version.json")
 
 
 @pytest.fixture(scope="module")
@@ -80,31 +79,8 @@ def test_sample_traces_same_answer_as_local(cluster, sample_root, tmp_path, caps
     assert filecmp.cmp(local_dir / "corpus.parquet", root / CORPUS_ASSET / "corpus.parquet", shallow=False)
 
 
-def _synthetic_corpus(n_docs, seed=0):
-    """Documents of 60-200 random words; 8 % exact copies, 15 % near copies (1-4 words replaced or a
-    few cut, some of them copies of copies: chains for the components), a few short and junk ones."""
-    rng = random.Random(seed)
-    vocab = [f"w{i}" for i in range(20_000)]
-    docs = []
-    for i in range(n_docs):
-        roll = rng.random()
-        if docs and roll < 0.08:
-            text = rng.choice(docs)
-        elif docs and roll < 0.23:
-            words = rng.choice(docs[-200:]).split()
-            for _ in range(rng.randint(1, 4)):
-                words[rng.randrange(len(words))] = rng.choice(vocab)
-            text = " ".join(words[:len(words) - rng.randint(0, 3)])
-        elif roll < 0.235:
-            text = "too short"
-        else:
-            text = " ".join(rng.choice(vocab) for _ in range(rng.randint(60, 200)))
-        docs.append(text)
-    return [{"id": f"doc-{i:05d}", "text": t} for i, t in enumerate(docs)]
-
-
 def test_synthetic_planted_duplicates_same_answer(cluster, data_root, tmp_path):
-    records = _synthetic_corpus(4000)
+    records = synthetic_corpus(4000)
     held = data_root / "held_out" / "evals.jsonl"
     held.parent.mkdir()
     held.write_text(json.dumps({"id": "e1", "prompt": records[17]["text"]}) + "\n")  # one planted contamination
@@ -125,7 +101,7 @@ def test_synthetic_planted_duplicates_same_answer(cluster, data_root, tmp_path):
 
 
 def test_dedup_entry_same_result_as_local(cluster, data_root):
-    records = _synthetic_corpus(1500, seed=3)
+    records = synthetic_corpus(1500, seed=3)
     local = data_engine.dedup(records)
     on_ray = data_engine.dedup(records, engine="ray")
     assert [r["id"] for r in on_ray.kept] == [r["id"] for r in local.kept]

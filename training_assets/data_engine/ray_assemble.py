@@ -38,7 +38,7 @@ from training_assets.data_engine.ray_files import (
 )
 from training_assets.data_engine.ray_reduce import LABEL_SCHEMA
 from training_assets.data_engine.ray_shard import EXACT_DUP_SCHEMA, REPEAT_SCHEMA
-from training_assets.storage import PARQUET_OPTIONS
+from training_assets.storage import PARQUET_OPTIONS, write_parquet
 
 MEMBER_SCHEMA = pa.schema([("root", pa.int64()), ("gpos", pa.int64()), ("id", pa.string())])
 KEPT_SCHEMA = pa.schema([("gpos", pa.int64()), ("id", pa.string()), ("text", pa.string()), ("source", pa.string()),
@@ -166,7 +166,9 @@ def concat_parquet(parts: Sequence[Path], schema: pa.Schema, target: Path) -> in
                 total += batch.num_rows
                 while held >= size:
                     flush(size)
-        if held or not total:
+        if held:
             flush(held)
+    if not total:  # write_table of an empty table: no row group at all
+        write_parquet(tmp, schema.empty_table())
     os.replace(tmp, target)
     return total
