@@ -18,9 +18,13 @@ Stages (each a set of tasks, each task reading the previous stage's files under
 Tasks have ``max_retries``: a task on a killed worker node runs again elsewhere and rewrites the
 same files. The data root must be on storage every node sees (one machine, NFS, a shared volume).
 
-    from training_assets.data_engine import CurationConfig, curate
+    from training_assets.data_engine import CurationConfig, curate, dedup
     report = curate("data", CurationConfig(engine="ray", ray_address="ray://head:10001"))
     report.engine_info  # address, nodes, tasks, seconds per stage, dashboard URL
+    result = dedup(records, engine="ray")  # in-memory records, the same DedupResult as locally
+
+The stage functions are plain Python over files (``ray_shard``, ``ray_reduce``, ``ray_assemble``);
+this module only schedules them (``Stages``), so they also run, and are tested, without Ray.
 """
 
 from __future__ import annotations
