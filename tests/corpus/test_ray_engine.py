@@ -187,6 +187,7 @@ def test_worker_node_removed_mid_run_same_answer(cluster, sample_root, tmp_path)
     while not list(root.glob("ray_work/*/shards/*/records.parquet")):  # the first shard task has finished
         assert time.monotonic() < deadline and thread.is_alive(), outcome
         time.sleep(0.05)
+    assert thread.is_alive()  # mid-run: the worker node goes while its shard tasks run or wait
     cluster.remove_node(worker)
     thread.join(timeout=300)
     assert not thread.is_alive()
