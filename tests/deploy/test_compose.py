@@ -132,3 +132,32 @@ def test_production_instance_config():
     assert config["run_retries"]["max_retries"] >= 1
     workspace = yaml.safe_load((REPO / "deploy" / "workspace.yaml").read_text())
     assert workspace["load_from"][0]["grpc_server"]["location_name"] == "training_assets"
+
+
+def test_ray_profile_runs_head_workers_and_a_driving_code_location_on_one_image():
+    out = compose("--profile", "ray", "config", env_file=ENV_EXAMPLE)
+    assert out.returncode == 0, out.stderr
+    services = yaml.safe_load(out.stdout)["services"]
+    ray_services = ("ray-head", "ray-worker", "code-location-ray")
+    for name in ray_services:
+        s = services[name]
+        assert s["profiles"] == ["ray"] and not s.get("ports"), name  # the GCS stays on the compose network
+        assert s["image"] == "training-assets/code-ray:latest", name
+        assert "training_data:/data" in " ".join(
+            f"{v['source']}:{v['target']}" if isinstance(v, dict) else v for v in s["volumes"]), name
+    assert services["ray-head"]["build"]["args"]["EXTRAS"].split(",")[-1] == "scale"
+    assert "--address=ray-head:6379" in services["ray-worker"]["command"]
+    assert services["code-location-ray"]["environment"]["RAY_ADDRESS"] == "ray-head:6379"
+
+
+def test_kuberay_cluster_pins_the_projects_ray_version():
+    pin = re.search(r'"ray==([\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    cluster, claim = yaml.safe_load_all((REPO / "deploy" / "kuberay" / "raycluster.yaml").read_text())
+    assert cluster["kind"] == "RayCluster" and cluster["spec"]["rayVersion"] == pin
+    pods = [cluster["spec"]["headGroupSpec"]["template"]] + [g["template"] for g in cluster["spec"]["workerGroupSpecs"]]
+    for pod in pods:
+        mounts = {m["mountPath"]: m["name"] for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
+        assert mounts["/data"] == "data"
+        claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["spec"]["volumes"]}
+        assert claims["data"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]

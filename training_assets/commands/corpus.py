@@ -1,7 +1,9 @@
 """Verbs: ``curate``, ``dedup``, ``decontaminate``, ``lineage``.
 
     training-assets curate --json                       # whole pipeline over $TRAINING_ASSETS_DATA
+    training-assets curate --engine ray --ray-address 127.0.0.1:6379   # the same, on a Ray cluster
     training-assets dedup docs.jsonl --threshold 0.8 --out kept.jsonl
+    training-assets dedup docs.jsonl --engine ray       # the same on the Ray cluster at $RAY_ADDRESS
     training-assets decontaminate docs.jsonl --held-out data/held_out/agent_tasks.jsonl
     training-assets lineage units-0001-a91               # why a record was kept or dropped
 """
@@ -35,14 +37,16 @@ def _curate(args: argparse.Namespace) -> int:
             data_engine.write_held_out_sets(held, root)
         config = data_engine.CurationConfig(
             dedup=data_engine.DedupParams(args.method, args.threshold, args.num_perm, args.ngram, args.seed),
-            extra_sources=tuple(args.extra))
+            extra_sources=tuple(args.extra), engine=args.engine, ray_address=args.ray_address)
         report = data_engine.curate(root, config)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ImportError) as exc:
         return fail(str(exc))
     payload = {"dataset_version": report.version.id, "output_dir": str(report.output_dir),
                "stage_counts": report.stage_counts, "drop_reasons": report.drop_reasons,
                "cluster_sizes": report.cluster_sizes, "dedup": report.dedup_stats, "signatures": report.store_report,
-               "residual_overlaps": report.residual_overlaps}
+               "residual_overlaps": report.residual_overlaps, "engine": args.engine}
+    if report.engine_info:
+        payload["ray"] = report.engine_info
     text = [f"curated corpus {report.version.id} -> {report.output_dir}",
             "  " + " -> ".join(f"{k} {v}" for k, v in report.stage_counts.items())]
     text += [f"  dropped {reason}: {n}" for reason, n in report.drop_reasons.items()]
@@ -53,8 +57,9 @@ def _curate(args: argparse.Namespace) -> int:
 def _dedup(args: argparse.Namespace) -> int:
     try:
         records = _read(args.file)
-        result = data_engine.dedup(records, args.method, args.threshold, args.num_perm, args.ngram, args.seed)
-    except ValueError as exc:
+        result = data_engine.dedup(records, args.method, args.threshold, args.num_perm, args.ngram, args.seed,
+                                   engine=args.engine, ray_address=args.ray_address)
+    except (ValueError, ImportError) as exc:
         return fail(str(exc))
     _write_records(args.out, result.kept)
     multi = {k: v for k, v in result.clusters.items() if len(v) > 1}
@@ -104,11 +109,18 @@ def _dedup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=42, help="seed of permutations and hyperplanes")
 
 
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="run here, or on a Ray cluster (same answer; pip install -e '.[scale]')")
+    p.add_argument("--ray-address", help="Ray cluster address for --engine ray (default $RAY_ADDRESS)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("curate", help="curate every trace partition (+ extra sources) into the corpus")
     p.add_argument("--root", help="data root (default $TRAINING_ASSETS_DATA or ./data)")
     p.add_argument("--extra", nargs="*", default=[], help="extra .jsonl/.txt/.parquet sources")
     _dedup_options(p)
+    _engine_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=_curate)
 
@@ -116,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="records: JSONL with id/text, text blocks, or Parquet with a text column")
     p.add_argument("--out", help="write kept records here as JSONL")
     _dedup_options(p)
+    _engine_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable report with clusters and drop reasons")
     p.set_defaults(handler=_dedup)
 

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,6 +67,10 @@ DECISION_SCHEMA = pa.schema([
 ])
 
 
+ENGINES = ("local", "ray")
+RUN_ONLY_FIELDS = ("engine", "ray_address", "ray_shard_docs", "ray_partitions")
+
+
 @dataclass(frozen=True)
 class CurationConfig:
     quality: QualityConfig = field(default_factory=QualityConfig)
@@ -74,9 +78,22 @@ class CurationConfig:
     decontam_ngram: int = DEFAULT_NGRAM
     decontam_min_ngram: int = DEFAULT_MIN_NGRAM
     extra_sources: tuple[str, ...] = ()  # .jsonl / .txt / .parquet files curated with the traces
+    # Where it runs, not what it gives (left out of the DatasetVersion: both engines give one answer).
+    engine: Literal["local", "ray"] = "local"  # "ray": the sharded pipeline of ray_engine.py on a cluster
+    ray_address: str | None = None  # the cluster's address; None: $RAY_ADDRESS (or this process's ray.init)
+    ray_shard_docs: int = 100_000  # records per input shard (one map task each)
+    ray_partitions: int | None = None  # shuffle partitions (reduce tasks per stage); None: 2 x cluster CPUs
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"curation engine {self.engine!r} is not one of {ENGINES}")
+        if self.ray_shard_docs < 1 or (self.ray_partitions is not None and self.ray_partitions < 1):
+            raise ValueError(f"ray_shard_docs ({self.ray_shard_docs}) and ray_partitions ({self.ray_partitions}) "
+                             "must be >= 1")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """What the corpus depends on (the DatasetVersion's config): the engine settings left out."""
+        return {k: v for k, v in asdict(self).items() if k not in RUN_ONLY_FIELDS}
 
 
 # --------------------------------------------------------------------------- held-out sets
@@ -125,6 +142,7 @@ class CurationReport:
     residual_overlaps: list[str]  # kept ids that still share an n-gram with a held-out example
     decontam_stats: dict[str, Any]
     data_version: str
+    engine_info: dict[str, Any] = field(default_factory=dict)  # engine="ray": cluster, tasks, seconds per stage
 
 
 def gather_records(root: str | os.PathLike[str] | None, extra_sources: Sequence[str] = ()
@@ -180,6 +198,10 @@ def _decision_rows(records: Sequence[dict[str, Any]], dropped: Sequence[Dropped]
 def curate(root: str | os.PathLike[str] | None = None, config: CurationConfig | None = None) -> CurationReport:
     """Run the whole pipeline over the data root and write ``<root>/curated_corpus/``."""
     config = config or CurationConfig()
+    if config.engine == "ray":
+        from training_assets.data_engine.ray_engine import curate_on_ray
+
+        return curate_on_ray(root, config)
     records, repeats = gather_records(root, config.extra_sources)
     ids = Counter(r["id"] for r in records)
     if len(ids) != len(records):

@@ -277,8 +277,12 @@ def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams,
 
 def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold: float = 0.8, num_perm: int = 128,
           ngram: int = 5, seed: int = DEFAULT_SEED, target_recall: float = 0.995,
-          features: Features | None = None, timings: dict[str, float] | None = None) -> DedupResult:
+          features: Features | None = None, timings: dict[str, float] | None = None, engine: str = "local",
+          ray_address: str | None = None) -> DedupResult:
     """Remove exact and near duplicates from ``records`` (dicts with ``id`` and ``text``).
+
+    ``engine="ray"``: the same result computed on a Ray cluster (``ray_engine.dedup_on_ray``;
+    ``ray_address`` or ``$RAY_ADDRESS``; MinHash only; ``features`` and ``timings`` do not apply).
 
     ``features``: precomputed features of every record, in order (the staged store passes the
     stored signatures so they are not recomputed); by default they are computed here. See the
@@ -292,6 +296,12 @@ def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold:
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"dedup: record id {dup!r} appears more than once; ids must be unique")
+    if engine not in ("local", "ray"):
+        raise ValueError(f"dedup engine {engine!r} is not 'local' or 'ray'")
+    if engine == "ray":
+        from training_assets.data_engine.ray_engine import dedup_on_ray
+
+        return dedup_on_ray(list(records), params, ray_address)
     # Exact duplicates: a 64-bit hash of each text's UTF-8 bytes, computed in parallel over the
     # packed buffer the features need anyway, then a byte comparison inside equal-hash groups.
     data, offsets = pack_texts([r["text"] for r in records])

@@ -34,9 +34,13 @@ class DatasetVersion:
 
 
 def dataset_provenance(inputs: Mapping[str, str], config: Mapping[str, Any], stage_counts: Mapping[str, int],
-                       dropped: Iterable[Dropped], code_version: str = CURATION_VERSION) -> DatasetVersion:
-    """Build the DatasetVersion; its id depends only on inputs, config and code version."""
-    reasons = Counter(f"{d.stage}/{d.reason}" for d in dropped)
+                       dropped: Iterable[Dropped] | Mapping[str, int], code_version: str = CURATION_VERSION
+                       ) -> DatasetVersion:
+    """Build the DatasetVersion; its id depends only on inputs, config and code version.
+
+    ``dropped``: the dropped records, or already their counts per ``"stage/reason"``.
+    """
+    reasons = Counter(dropped) if isinstance(dropped, Mapping) else Counter(f"{d.stage}/{d.reason}" for d in dropped)
     return DatasetVersion(
         id=fingerprint(dict(sorted(inputs.items())), dict(config), code_version),
         inputs=dict(sorted(inputs.items())), config=dict(config), code_version=code_version,

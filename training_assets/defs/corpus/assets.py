@@ -82,13 +82,20 @@ class CuratedCorpusConfig(dg.Config):
                                   description="Blocking check: lowest acceptable share of records removed by dedup.")
     max_dedup_rate: float = Field(0.5, ge=0.0, le=1.0,
                                   description="Blocking check: highest acceptable share (more means a broken source).")
+    engine: Literal["local", "ray"] = Field(
+        "local", description="Where curation runs: 'local' (this process) or 'ray' (a Ray cluster; same answer). "
+                             "Needs pip install -e '.[scale]'.")
+    ray_address: str | None = Field(
+        None, description="Ray cluster address (host:6379 or ray://host:10001); empty: $RAY_ADDRESS.")
+    ray_shard_docs: int = Field(100_000, ge=1, description="engine='ray': records per input shard (one map task).")
 
     def to_library(self, minhash: MinhashShingling) -> data_engine.CurationConfig:
         return data_engine.CurationConfig(
             quality=data_engine.QualityConfig(min_chars=self.min_chars, max_chars=self.max_chars),
             dedup=minhash.params(self.method, self.threshold),
             decontam_ngram=self.decontam_ngram, decontam_min_ngram=self.decontam_min_ngram,
-            extra_sources=tuple(self.extra_sources))
+            extra_sources=tuple(self.extra_sources), engine=self.engine, ray_address=self.ray_address,
+            ray_shard_docs=self.ray_shard_docs)
 
 
 def _cluster_plot(sizes: dict[int, int]) -> dg.MetadataValue:
@@ -137,6 +144,10 @@ def curated_corpus(context: dg.AssetExecutionContext, config: CuratedCorpusConfi
             "cluster_sizes": _cluster_plot(report.cluster_sizes),
             "dedup": dg.MetadataValue.json(report.dedup_stats),
             "signatures": dg.MetadataValue.json(report.store_report),
+            "engine": config.engine,
+            **({"ray": dg.MetadataValue.json(report.engine_info)} if report.engine_info else {}),
+            **({"ray_dashboard": dg.MetadataValue.url(report.engine_info["dashboard_url"])}
+               if report.engine_info.get("dashboard_url") else {}),
             "dataset_version": report.version.id,
             "uri": dg.MetadataValue.path(str(report.output_dir)),
         },
