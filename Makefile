@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= train,eval,dev,wandb
+EXTRAS ?= train,eval,dev,wandb,scale
 # pytest-xdist workers for `make test` (0: one process): most tests wait on servers and subprocesses,
 # two measured 16 min for the suite, three 27 min (one folder became the long pole). tests/conftest.py
 # keeps folders with costly session fixtures on one worker.

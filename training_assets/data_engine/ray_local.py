@@ -27,7 +27,9 @@ from typing import Any
 # Before anything imports ray: it reads this once, at import (see the module docstring).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-PYCACHE = Path(os.environ.get("TRAINING_ASSETS_RAY_PYCACHE", Path.home() / ".cache" / "training_assets" / "ray-pycache"))
+# `make test` already sets a prefix (.venv/pycache): the cluster shares it
+PYCACHE = Path(os.environ.get("TRAINING_ASSETS_RAY_PYCACHE") or os.environ.get("PYTHONPYCACHEPREFIX")
+               or Path.home() / ".cache" / "training_assets" / "ray-pycache")
 OBJECT_STORE_BYTES = 300 << 20
 AGENT_MODULES = "import ray.dashboard.agent, ray._private.runtime_env.agent.main, ray._private.workers.default_worker"
 
