@@ -139,11 +139,9 @@ class ModelRegistry:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from mlflow import MlflowClient
+            from training_assets.tracking import mlflow_client
 
-            if self.tracking_uri.startswith("sqlite:///"):
-                Path(self.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            self._client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+            self._client = mlflow_client(self.tracking_uri)
         return self._client
 
     # ------------------------------------------------------------------ reading

@@ -139,9 +139,9 @@ def resolve_model_uri(model_uri: str, tracking_uri: str | None) -> str:
     """
     if not model_uri.startswith("models:/") or tracking_uri is None:
         return model_uri
-    from mlflow import MlflowClient
+    from training_assets.tracking import mlflow_client
 
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     rest = model_uri.removeprefix("models:/")
     if "@" in rest:
         name, alias = rest.split("@", 1)

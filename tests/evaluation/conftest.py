@@ -173,14 +173,11 @@ def manifest_writer():
 
 @pytest.fixture(scope="session")
 def mlflow_template(tmp_path_factory):
-    """An initialised, empty MLflow SQLite store: creating one runs MLflow's migrations (~10 s here),
-    copying it takes milliseconds."""
-    from mlflow import MlflowClient
+    """An initialised, empty MLflow SQLite store (``tracking.store_template``: MLflow's migrations
+    run once per host, copying takes milliseconds)."""
+    from training_assets.tracking import store_template
 
-    folder = tmp_path_factory.mktemp("mlflow-template")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments()
-    return folder / "mlflow.db"
+    return store_template()
 
 
 @pytest.fixture
