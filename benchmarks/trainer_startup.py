@@ -17,7 +17,9 @@ examples (the rest — interpreter, torch, the transformers model classes, the t
 same on both sides); and RSS at that moment minus the model's own bytes (parameters and
 buffers; the optimizer state does not exist yet), plus the RSS right after the imports so the
 interpreter + torch floor is visible. Before the rounds, one ``mmap`` start on a cold cache (no
-Arrow file yet: it converts the Parquet) is reported separately as ``first_start_s``.
+Arrow file yet: it converts the Parquet) is reported separately as ``first_start_s``, and after
+them one ``floor`` process (the same training on 8 rows) gives the RSS of the process without the
+dataset: ``rss_data_mb`` is each side's RSS above that floor.
 ``--with-hf`` also times opening the same Parquet with ``datasets.Dataset.from_parquet`` (cold and
 warm cache) against the Arrow map, in fresh processes. Targets (issue #13): start ≤ 10 s,
 RSS ≤ 500 MB above the model. Prints ``RESULT {json}`` last.
@@ -105,7 +107,9 @@ def child(side: str, root: str, tokenizer: str, out: str, report: str) -> None:
 
     trainer.collate, trainer.plan, trainer.prepare = first_collate, timed(trainer.plan), timed(trainer.prepare)
     torch.set_num_threads(1)
-    examples = timed(lambda: open_dataset_rows("sft_dataset", root) if side == "mmap" else load_sft_dataset(root))()
+    loaders = {"mmap": lambda: open_dataset_rows("sft_dataset", root), "list": lambda: load_sft_dataset(root),
+               "floor": lambda: open_dataset_rows("sft_dataset", root).take(range(8))}  # 8 rows: the process alone
+    examples = timed(loaders[side])()
     trainer.train(examples)
 
 
@@ -152,13 +156,13 @@ def main() -> None:
     ap.add_argument("--min-tokens", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=112)
     ap.add_argument("--with-hf", action="store_true", help="also time datasets.Dataset.from_parquet against the Arrow map")
-    ap.add_argument("--child", choices=["mmap", "list", "open-arrow", "open-hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["mmap", "list", "floor", "open-arrow", "open-hf"], help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child in ("mmap", "list"):
+    if args.child in ("mmap", "list", "floor"):
         return child(args.child, args.root, args.tokenizer, args.out, args.report)
     if args.child:
         return child_open(args.child.removeprefix("open-"), args.root, args.out, args.report)
@@ -194,14 +198,19 @@ def main() -> None:
                 print(f"round {r} {name}: start {m['start_s']:.2f} s (data {m['data_s']:.2f} s), RSS {m['rss_mb']:.0f} MB "
                       f"({m['rss_above_model_mb']:.0f} above the {m['model_mb']:.1f} MB model; "
                       f"{m['rss_after_imports_mb']:.0f} after imports)", flush=True)
+        floor = side("floor", 0)
+        print(f"floor (8 rows as a list): start {floor['start_s']:.2f} s, RSS {floor['rss_above_model_mb']:.0f} MB above "
+              "the model", flush=True)
         ratios = [a["start_s"] / b["start_s"] for a, b in zip(rounds["list"], rounds["mmap"], strict=True)]
         result = {"rows": args.rows, "rounds": args.rounds, "tokens_per_row": [args.min_tokens, args.max_tokens],
                   "parquet_mb": round(parquet.stat().st_size / 2**20, 1), "arrow_cache_mb": round(cache.stat().st_size / 2**20, 1),
                   "first_start_s": round(cold["start_s"], 3), "load_avg": os.getloadavg()[0],
+                  "floor": {"start_s": round(floor["start_s"], 3), "rss_above_model_mb": round(floor["rss_above_model_mb"], 1)},
                   "start_speedup": _summary(ratios)}
         for name, runs in rounds.items():
             result[name] = {"start_s": _summary([m["start_s"] for m in runs]), "data_s": _summary([m["data_s"] for m in runs]),
                             "rss_above_model_mb": _summary([m["rss_above_model_mb"] for m in runs]),
+                            "rss_data_mb": _summary([m["rss_above_model_mb"] - floor["rss_above_model_mb"] for m in runs]),
                             "rss_after_imports_mb": _summary([m["rss_after_imports_mb"] for m in runs]),
                             "model_mb": round(runs[0]["model_mb"], 2)}
         if args.with_hf:
