@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/trainer_startup.py                       # 1M rows, 3 rounds
     .venv/bin/python benchmarks/trainer_startup.py --rows 20000 --rounds 3 --with-hf
+    .venv/bin/python benchmarks/trainer_startup.py --open-only              # only the Arrow map vs datasets
 
 A synthetic ``sft_dataset`` of ``--rows`` rows (token ids and assistant masks, 16–112 tokens each
 by default) is written with the project's writer (``training_data.io.write_dataset``) in a temp
@@ -156,6 +157,7 @@ def main() -> None:
     ap.add_argument("--min-tokens", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=112)
     ap.add_argument("--with-hf", action="store_true", help="also time datasets.Dataset.from_parquet against the Arrow map")
+    ap.add_argument("--open-only", action="store_true", help="with --with-hf: only the open comparison, no training")
     ap.add_argument("--child", choices=["mmap", "list", "floor", "open-arrow", "open-hf"], help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
@@ -186,44 +188,50 @@ def main() -> None:
             return _spawn(["--child", name, "--root", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tokenizer"),
                            "--out", str(tmp_path / f"out-{name}-{run}")], report)
 
-        cold = side("mmap", -1)
-        cache = next((parquet.parent / "arrow").glob("*.arrow"))
-        print(f"mmap first start (builds the {cache.stat().st_size / 2**20:.0f} MB Arrow cache): {cold['start_s']:.2f} s",
-              flush=True)
-        rounds: dict[str, list[dict]] = {"mmap": [], "list": []}
-        for r in range(args.rounds):
-            for name in (("mmap", "list") if r % 2 == 0 else ("list", "mmap")):
-                rounds[name].append(side(name, r))
-                m = rounds[name][-1]
-                print(f"round {r} {name}: start {m['start_s']:.2f} s (data {m['data_s']:.2f} s), RSS {m['rss_mb']:.0f} MB "
-                      f"({m['rss_above_model_mb']:.0f} above the {m['model_mb']:.1f} MB model; "
-                      f"{m['rss_after_imports_mb']:.0f} after imports)", flush=True)
-        floor = side("floor", 0)
-        print(f"floor (8 rows as a list): start {floor['start_s']:.2f} s, RSS {floor['rss_above_model_mb']:.0f} MB above "
-              "the model", flush=True)
-        ratios = [a["start_s"] / b["start_s"] for a, b in zip(rounds["list"], rounds["mmap"], strict=True)]
-        result = {"rows": args.rows, "rounds": args.rounds, "tokens_per_row": [args.min_tokens, args.max_tokens],
-                  "parquet_mb": round(parquet.stat().st_size / 2**20, 1), "arrow_cache_mb": round(cache.stat().st_size / 2**20, 1),
-                  "first_start_s": round(cold["start_s"], 3), "load_avg": os.getloadavg()[0],
-                  "floor": {"start_s": round(floor["start_s"], 3), "rss_above_model_mb": round(floor["rss_above_model_mb"], 1)},
-                  "start_speedup": _summary(ratios)}
-        for name, runs in rounds.items():
-            result[name] = {"start_s": _summary([m["start_s"] for m in runs]), "data_s": _summary([m["data_s"] for m in runs]),
-                            "rss_above_model_mb": _summary([m["rss_above_model_mb"] for m in runs]),
-                            "rss_data_mb": _summary([m["rss_above_model_mb"] - floor["rss_above_model_mb"] for m in runs]),
-                            "rss_after_imports_mb": _summary([m["rss_after_imports_mb"] for m in runs]),
-                            "model_mb": round(runs[0]["model_mb"], 2)}
-        if args.with_hf:
+        result: dict = {"rows": args.rows, "rounds": args.rounds, "tokens_per_row": [args.min_tokens, args.max_tokens],
+                        "parquet_mb": round(parquet.stat().st_size / 2**20, 1)}
+        if not args.open_only:
+            cold = side("mmap", -1)
+            cache = next((parquet.parent / "arrow").glob("*.arrow"))
+            print(f"mmap first start (builds the {cache.stat().st_size / 2**20:.0f} MB Arrow cache): {cold['start_s']:.2f} s",
+                  flush=True)
+            rounds: dict[str, list[dict]] = {"mmap": [], "list": []}
+            for r in range(args.rounds):
+                for name in (("mmap", "list") if r % 2 == 0 else ("list", "mmap")):
+                    rounds[name].append(side(name, r))
+                    m = rounds[name][-1]
+                    print(f"round {r} {name}: start {m['start_s']:.2f} s (data {m['data_s']:.2f} s), RSS {m['rss_mb']:.0f} MB "
+                          f"({m['rss_above_model_mb']:.0f} above the {m['model_mb']:.1f} MB model; "
+                          f"{m['rss_after_imports_mb']:.0f} after imports)", flush=True)
+            floor = side("floor", 0)
+            print(f"floor (8 rows as a list): start {floor['start_s']:.2f} s, RSS {floor['rss_above_model_mb']:.0f} MB above "
+                  "the model", flush=True)
+            ratios = [a["start_s"] / b["start_s"] for a, b in zip(rounds["list"], rounds["mmap"], strict=True)]
+            result |= {"arrow_cache_mb": round(cache.stat().st_size / 2**20, 1), "first_start_s": round(cold["start_s"], 3),
+                       "floor": {"start_s": round(floor["start_s"], 3), "rss_above_model_mb": round(floor["rss_above_model_mb"], 1)},
+                       "start_speedup": _summary(ratios)}
+            for name, runs in rounds.items():
+                result[name] = {"start_s": _summary([m["start_s"] for m in runs]), "data_s": _summary([m["data_s"] for m in runs]),
+                                "rss_above_model_mb": _summary([m["rss_above_model_mb"] for m in runs]),
+                                "rss_data_mb": _summary([m["rss_above_model_mb"] - floor["rss_above_model_mb"] for m in runs]),
+                                "rss_after_imports_mb": _summary([m["rss_after_imports_mb"] for m in runs]),
+                                "model_mb": round(runs[0]["model_mb"], 2)}
+        if args.with_hf or args.open_only:
+            def opened(name: str, cache_dir: Path) -> dict:
+                return _spawn(["--child", name, "--root", str(parquet), "--out", str(cache_dir)], report)
+
+            if not (parquet.parent / "arrow").is_dir():  # the map's first open builds its cache: timed once, apart
+                result["arrow_first_open_s"] = round(opened("open-arrow", tmp_path)["open_s"], 3)
             hf: dict[str, list[float]] = {"arrow": [], "hf_cold": [], "hf_warm": []}
             for r in range(args.rounds):
-                cache_dir = tmp_path / f"hf-cache-{r}"
-                opened = lambda s: _spawn(["--child", s, "--root", str(parquet), "--out", str(cache_dir)], report)  # noqa: E731
-                hf["hf_cold"].append(opened("open-hf")["open_s"])
-                hf["arrow"].append(opened("open-arrow")["open_s"])
-                hf["hf_warm"].append(opened("open-hf")["open_s"])
+                cache_dir = tmp_path / f"hf-cache-{r}"  # a fresh datasets cache each round: its cold open converts
+                hf["hf_cold"].append(opened("open-hf", cache_dir)["open_s"])
+                hf["arrow"].append(opened("open-arrow", cache_dir)["open_s"])
+                hf["hf_warm"].append(opened("open-hf", cache_dir)["open_s"])
                 print(f"round {r} open: arrow map {hf['arrow'][-1]:.2f} s, datasets cold {hf['hf_cold'][-1]:.2f} s, "
                       f"warm {hf['hf_warm'][-1]:.2f} s", flush=True)
             result["open_s"] = {k: _summary(v) for k, v in hf.items()}
+        result["load_avg"] = os.getloadavg()[0]
         print("RESULT " + json.dumps(result))
 
 
