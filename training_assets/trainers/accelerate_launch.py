@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.storage import write_json_atomic
+from training_assets.dataset_rows import DatasetRows
 
-DATASET_LOADERS = {"pretrain_windows": "load_pretrain_windows", "sft_dataset": "load_sft_dataset",
-                   "preference_pairs": "load_preference_pairs", "grpo_groups": "load_grpo_groups"}
+DATASETS = ("pretrain_windows", "sft_dataset", "preference_pairs", "grpo_groups")
 RESULT_MESSAGE = "training_result"
 
 
@@ -39,16 +39,17 @@ def write_job(path: str | os.PathLike[str], kind: str, config: dict[str, Any], e
                                     "result_path": result_path})
 
 
-def load_examples(spec: dict[str, Any]) -> list[dict[str, Any]]:
+def load_examples(spec: dict[str, Any]) -> list[dict[str, Any]] | DatasetRows:
+    """The job's examples: a dataset asset memory-mapped (``DatasetRows``, read a micro-batch at a time), or a JSONL file's rows."""
     if "jsonl" in spec:
         with open(spec["jsonl"], encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in handle if line.strip()]
+            rows: list[dict[str, Any]] | DatasetRows = [json.loads(line) for line in handle if line.strip()]
     else:
-        from training_assets import training_data
+        from training_assets.training_data import open_dataset_rows
 
-        if spec["dataset"] not in DATASET_LOADERS:
-            raise ValueError(f"unknown dataset {spec['dataset']!r}; one of {sorted(DATASET_LOADERS)}")
-        rows = getattr(training_data, DATASET_LOADERS[spec["dataset"]])(spec.get("root"))
+        if spec["dataset"] not in DATASETS:
+            raise ValueError(f"unknown dataset {spec['dataset']!r}; one of {sorted(DATASETS)}")
+        rows = open_dataset_rows(spec["dataset"], spec.get("root"))
     limit = spec.get("limit")
     return rows[:limit] if limit else rows
 

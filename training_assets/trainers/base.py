@@ -9,14 +9,42 @@ that keep attribute access (``result.loop.losses``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from training_assets.dataset_rows import DatasetRows
 from training_assets.trainers.config import PretrainSpec, TrainConfig
 from training_assets.trainers.plan import FieldsMapping, Plan, make_plan, tokenizer_vocab_size
 
-__all__ = ["Plan", "PretrainSpec", "TrainConfig", "TrainResult", "TrainerBase"]
+__all__ = ["LazyRows", "Plan", "PretrainSpec", "TrainConfig", "TrainResult", "TrainerBase"]
+Examples = Sequence[dict[str, Any]] | DatasetRows  # a list of dicts, or a memory-mapped dataset
+
+
+class LazyRows:
+    """Training rows prepared on demand: ``take(indices)`` reads and prepares only those rows.
+
+    What ``prepare`` returns for a ``DatasetRows`` source when every row prepares on its own (SFT,
+    pretraining): the loop then holds one micro-batch of the dataset at a time, and a resumed run
+    starts at its saved position without touching the rows before it.
+    """
+
+    def __init__(self, n_rows: int, make: Callable[[Sequence[int]], list[dict[str, Any]]]) -> None:
+        self.n_rows, self.make = n_rows, make
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def take(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        return self.make(indices)
+
+
+def as_examples(examples: Iterable[dict[str, Any]] | DatasetRows) -> Examples:
+    """A ``DatasetRows`` as it is (never materialised); anything else as a list."""
+    return examples if isinstance(examples, DatasetRows) else list(examples)
 
 
 @dataclass(eq=False)
@@ -75,15 +103,21 @@ class TrainerBase:
         """The tokenizer's length: the injected tokenizer's, else read from the configured tokenizer.json."""
         return len(self.tokenizer) if self.tokenizer is not None else tokenizer_vocab_size(self.config)
 
-    def plan(self, examples: list[dict[str, Any]], world_size: int = 1) -> Plan:
-        examples = list(examples)
-        lengths = [self.example_tokens(e) for e in examples]
-        mean = sum(lengths) / len(lengths) if lengths else 0.0
+    def example_lengths(self, examples: Examples) -> list[int] | np.ndarray:
+        """``example_tokens`` of every example; trainers read a ``DatasetRows``' columns instead (no row dicts)."""
+        return [self.example_tokens(e) for e in examples]
+
+    def plan(self, examples: Examples, world_size: int = 1) -> Plan:
+        examples = as_examples(examples)
+        lengths = self.example_lengths(examples)
+        total = sum(lengths) if isinstance(lengths, list) else int(np.sum(lengths, dtype=np.int64))
+        mean = total / len(lengths) if len(lengths) else 0.0
         return make_plan(self.kind, self.config, len(examples), mean, self.vocab_size(), world_size,
                          self.sequences_per_example)
 
     # -- training
-    def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
+    def prepare(self, examples: Examples, tokenizer: Any) -> list[dict[str, Any]] | LazyRows:
+        """Rows ready to collate: a list, or ``LazyRows`` for a ``DatasetRows`` the trainer prepares per micro-batch."""
         raise NotImplementedError
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
@@ -127,8 +161,11 @@ class TrainerBase:
             tokenizer.save_pretrained(str(folder))
         return str(folder.resolve())
 
-    def train(self, examples: list[dict[str, Any]], plan: Plan | None = None) -> TrainResult:
+    def train(self, examples: Examples, plan: Plan | None = None) -> TrainResult:
         """Train on ``examples``; writes checkpoints and ``<output_dir>/final``; returns the result.
+
+        ``examples``: dicts, or a ``DatasetRows`` (``training_data.open_dataset_rows``), read a
+        micro-batch at a time where the trainer prepares rows on their own (SFT, pretraining).
 
         ``plan``: the plan already made for these examples (``trainers.jobs.run_training`` plans
         once per run); made here when not given.
@@ -140,7 +177,7 @@ class TrainerBase:
 
         check_launched(self.config, self.kind, self.accelerator)
         tokenizer = self.load_tokenizer()
-        examples = list(examples)
+        examples = as_examples(examples)
         world = self.accelerator.num_processes if self.accelerator is not None else 1
         plan = plan if plan is not None else self.plan(examples, world_size=world)
         if plan.world_size != world:
@@ -154,7 +191,8 @@ class TrainerBase:
         self.before_loop(model, rows)
         is_main = self.accelerator is None or self.accelerator.is_main_process
         with tracking.start_run(self.config, plan, enabled=is_main) as run:
-            result = run_loop(model, len(rows), lambda idx, m: self.collate([rows[i] for i in idx], m), self.loss,
+            take = rows.take if isinstance(rows, LazyRows) else (lambda idx: [rows[i] for i in idx])
+            result = run_loop(model, len(rows), lambda idx, m: self.collate(take(idx), m), self.loss,
                               self.config, accelerator=self.accelerator, callbacks=(*self.callbacks, run.log_step),
                               planned_steps=plan.planned_steps, on_policy_update=self.policy_hook())
             final = Path(self.config.output_dir) / "final"

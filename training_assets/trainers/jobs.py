@@ -27,6 +27,7 @@ from typing import Any
 
 from training_assets import paths
 from training_assets.storage import fingerprint, sha256_file, sha256_tree
+from training_assets.dataset_rows import DatasetRows
 from training_assets.trainers.config import TrainConfig
 from training_assets.trainers.manifest import (CheckpointManifest, merged_manifest, read_manifest, trained_manifest,
                                                write_asset_manifest, write_manifest)
@@ -136,7 +137,7 @@ def in_memory_job(asset: str, kind: str, config: TrainConfig, data_versions: Map
     return TrainingJob(asset, kind, config, {}, dict(data_versions), Path(config.output_dir))
 
 
-def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[str, Any]] | None = None,
+def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[str, Any]] | DatasetRows | None = None,
                  model: Any = None, tokenizer: Any = None, num_processes: int = 1, launcher: Launcher | None = None,
                  dagster_run_id: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
     """Plan ``job`` once and, with ``execute``, train it and write its manifest (last).
@@ -147,12 +148,13 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
     """
     from training_assets.trainers import get_trainer
     from training_assets.trainers.accelerate_launch import load_examples, write_job
+    from training_assets.trainers.base import as_examples
 
     if rows is None:
         if not job.examples:
             raise ValueError(f"{job.asset}: the job names no examples; pass rows=")
         rows = load_examples(job.examples)
-    rows = list(rows)
+    rows = as_examples(rows)  # a mapped dataset stays mapped: plan and train read its columns and micro-batches
     trainer = get_trainer(job.kind, job.config, model=model, tokenizer=tokenizer)
     plan = trainer.plan(rows, world_size=num_processes)
     run = TrainingRun(job, plan)

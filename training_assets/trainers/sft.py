@@ -8,28 +8,35 @@ assistant tokens carry a label; prompts, tool results and padding are -100.
 Packing (``TrainConfig.packing``) fills rows of ``max_seq_len`` greedily in dataset order; each
 example keeps its own position ids (restarting at 0) and a block-diagonal attention mask, so
 packing changes speed (no pad tokens), not the loss.
+
+A ``DatasetRows`` (the memory-mapped ``sft_dataset``) is planned from its columns and prepared a
+micro-batch at a time (``LazyRows``): packing groups come from the ``input_ids`` list lengths, and
+each micro-batch reads only its examples. The rows, groups and losses equal the list path's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from training_assets.trainers.base import Plan, TrainerBase, make_plan
+import numpy as np
+
+from training_assets.dataset_rows import DatasetRows
+from training_assets.trainers.base import Examples, LazyRows, Plan, TrainerBase, as_examples, make_plan
 
 
-def pack_lengths(lengths: list[int], max_len: int) -> list[list[int]]:
-    """Greedy first-fit in order: indices of the examples in each packed row (pure, used by plan too)."""
-    rows: list[list[int]] = []
+def pack_bounds(lengths: Sequence[int], max_len: int) -> list[int]:
+    """Greedy first-fit in order: packed row r holds examples ``bounds[r]:bounds[r + 1]`` (pure, used by plan too)."""
+    bounds: list[int] = []
     used = 0
     for i, n in enumerate(lengths):
         n = min(n, max_len)
-        if not rows or used + n > max_len:
-            rows.append([])
+        if not bounds or used + n > max_len:
+            bounds.append(i)
             used = 0
-        rows[-1].append(i)
         used += n
-    return rows
+    return [*bounds, len(lengths)] if bounds else [0]
 
 
 def encode_messages(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
@@ -78,40 +85,71 @@ class SFTTrainer(TrainerBase):
             return len(example["input_ids"])
         return sum(len(str(m.get("content") or "")) for m in _messages(example)) // 4  # rough: ~4 chars per token
 
-    def plan(self, examples: list[dict[str, Any]], world_size: int = 1) -> Plan:
+    def example_lengths(self, examples: Examples) -> list[int] | np.ndarray:
+        if isinstance(examples, DatasetRows):  # example_tokens' order of preference, from the columns
+            if "n_tokens" in examples.column_names:
+                return examples.column("n_tokens").astype(np.int64)
+            if "input_ids" in examples.column_names:
+                return examples.list_lengths("input_ids")
+        return super().example_lengths(examples)
+
+    def plan(self, examples: Examples, world_size: int = 1) -> Plan:
         if not self.config.packing:
             return super().plan(examples, world_size)
-        examples = list(examples)
-        lengths = [self.example_tokens(e) for e in examples]
-        packed = pack_lengths(lengths, self.config.max_seq_len)
+        examples = as_examples(examples)
+        lengths = [int(n) for n in self.example_lengths(examples)]
+        bounds = pack_bounds(lengths, self.config.max_seq_len)
         vocab = len(self.tokenizer) if self.tokenizer is not None else None
-        mean = sum(min(n, self.config.max_seq_len) for n in lengths) / max(len(packed), 1)
-        plan = make_plan(self.kind, self.config, len(packed), mean, vocab, world_size)
-        plan.notes.append(f"packing: {len(examples)} examples into {len(packed)} rows of ≤ {self.config.max_seq_len} tokens")
+        mean = sum(min(n, self.config.max_seq_len) for n in lengths) / max(len(bounds) - 1, 1)
+        plan = make_plan(self.kind, self.config, len(bounds) - 1, mean, vocab, world_size)
+        plan.notes.append(f"packing: {len(examples)} examples into {len(bounds) - 1} rows of ≤ {self.config.max_seq_len} tokens")
         return plan
 
-    def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
-        encoded = []
-        for e in examples:
-            if "input_ids" in e and "assistant_mask" in e:
-                ids, mask = list(e["input_ids"]), list(e["assistant_mask"])
-            else:
-                ids, mask = encode_messages(tokenizer, _messages(e))
-            ids, mask = ids[: self.config.max_seq_len], mask[: self.config.max_seq_len]
-            encoded.append({"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]})
+    def _encode(self, example: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
+        if "input_ids" in example and "assistant_mask" in example:
+            ids, mask = list(example["input_ids"]), list(example["assistant_mask"])
+        else:
+            ids, mask = encode_messages(tokenizer, _messages(example))
+        ids, mask = ids[: self.config.max_seq_len], mask[: self.config.max_seq_len]
+        return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]}
+
+    @staticmethod
+    def _pack(encoded: list[dict[str, list[int]]]) -> dict[str, list[int]]:
+        """One packed row: the examples end to end, positions restarting at 0, ``doc_ids`` 0, 1, ... per example."""
+        row: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": [], "doc_ids": []}
+        for doc, e in enumerate(encoded):
+            n = len(e["input_ids"])
+            row["input_ids"] += e["input_ids"]
+            row["labels"] += e["labels"]
+            row["position_ids"] += list(range(n))
+            row["doc_ids"] += [doc] * n
+        return row
+
+    def prepare(self, examples: Examples, tokenizer: Any) -> list[dict[str, Any]] | LazyRows:
+        if isinstance(examples, DatasetRows) and {"input_ids", "assistant_mask"} <= set(examples.column_names):
+            return self._prepare_lazily(examples, tokenizer)
+        encoded = [self._encode(e, tokenizer) for e in examples]
         if not self.config.packing:
             return encoded
-        rows = []
-        for group in pack_lengths([len(e["input_ids"]) for e in encoded], self.config.max_seq_len):
-            row: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": [], "doc_ids": []}
-            for doc, i in enumerate(group):
-                n = len(encoded[i]["input_ids"])
-                row["input_ids"] += encoded[i]["input_ids"]
-                row["labels"] += encoded[i]["labels"]
-                row["position_ids"] += list(range(n))
-                row["doc_ids"] += [doc] * n
-            rows.append(row)
-        return rows
+        bounds = pack_bounds([len(e["input_ids"]) for e in encoded], self.config.max_seq_len)
+        return [self._pack(encoded[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+    def _prepare_lazily(self, examples: DatasetRows, tokenizer: Any) -> LazyRows:
+        """Rows (or packed rows) made per micro-batch from the mapped examples: equal to ``prepare`` of the list."""
+        if not self.config.packing:
+            return LazyRows(len(examples), lambda idx: [self._encode(e, tokenizer) for e in examples.take(idx)])
+        bounds = pack_bounds(examples.list_lengths("input_ids").tolist(), self.config.max_seq_len)
+
+        def make(indices: Sequence[int]) -> list[dict[str, Any]]:
+            spans = [(bounds[r], bounds[r + 1]) for r in indices]
+            encoded = [self._encode(e, tokenizer) for e in examples.take([i for a, b in spans for i in range(a, b)])]
+            out, at = [], 0
+            for a, b in spans:
+                out.append(self._pack(encoded[at:at + b - a]))
+                at += b - a
+            return out
+
+        return LazyRows(len(bounds) - 1, make)
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
         from training_assets.trainers.modeling import IGNORE_INDEX, pad_rows

@@ -2,11 +2,13 @@
 (pure, deterministic).
 
 Builders take traces as plain dicts of the trace schema (or ``raw_traces`` rows, or ``Trace``
-objects) and return a ``BuildResult`` (rows plus what was left out and why); loaders read the
-dataset assets back as lists of dicts; ``contributing_batches`` names the trace batches a
+objects) and return a ``BuildResult`` (rows plus what was left out and why); ``open_dataset_rows`` maps a
+dataset asset for the trainers (``DatasetRows``: rows on demand), the ``load_*`` loaders read one
+back as a list of dicts; ``contributing_batches`` names the trace batches a
 dataset's rows came from. Formats: ``docs/datasets.md``.
 """
 
+from training_assets.dataset_rows import DatasetRows
 from training_assets.training_data.common import BuildResult
 from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty, group_advantages
 from training_assets.training_data.io import (
@@ -16,6 +18,7 @@ from training_assets.training_data.io import (
     load_preference_pairs,
     load_pretrain_windows,
     load_sft_dataset,
+    open_dataset_rows,
     read_dataset_info,
 )
 from training_assets.training_data.packing import PackedWindows, pack_sequences
@@ -42,10 +45,10 @@ from training_assets.training_data.selection import (
 from training_assets.training_data.sft import build_sft_examples
 
 __all__ = [
-    "DEFAULT_REWARD_WEIGHTS", "REWARD_COMPONENTS", "BuildResult", "PackedWindows", "RewardScores", "SelectionConfig",
+    "DEFAULT_REWARD_WEIGHTS", "REWARD_COMPONENTS", "BuildResult", "DatasetRows", "PackedWindows", "RewardScores", "SelectionConfig",
     "answer_correctness_reward", "build_grpo_groups", "build_preference_pairs", "build_sft_examples",
     "compose_reward", "contributing_batches", "dataset_path", "filter_by_difficulty", "group_advantages",
     "length_penalty", "load_grpo_groups", "load_preference_pairs", "load_pretrain_windows", "load_selected_traces",
-    "load_selection_decisions", "load_sft_dataset", "pack_sequences", "read_dataset_info", "score_reward",
+    "load_selection_decisions", "load_sft_dataset", "open_dataset_rows", "pack_sequences", "read_dataset_info", "score_reward",
     "select_traces", "selection_version", "step_efficiency_reward", "success_reward", "tool_call_validity_reward",
 ]

@@ -6,6 +6,9 @@ the rows were derived from: the builder's code version, the corpus version, the 
 version, the tokenizer hash, the chat-template hash and the config. The data version is
 ``fingerprint(key, sha256(data.parquet))``, so identical inputs give identical bytes and the
 same version, and any change of input shows up as a new version downstream.
+
+Trainers read ``open_dataset_rows`` (memory-mapped, a micro-batch at a time: ``dataset_rows``);
+the ``load_*`` list loaders stay for small sets and scripts.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets import paths
+from training_assets.dataset_rows import DatasetRows, open_rows_file
 from training_assets.storage import atomic_dir, fingerprint, sha256_file, write_json_atomic, write_parquet
 
 DATA_FILE = "data.parquet"
@@ -137,6 +141,22 @@ def read_dataset_table(asset_key: str, root: str | os.PathLike[str] | None = Non
         raise FileNotFoundError(f"no {asset_key} at {path}; materialise the `{asset_key}` asset or run "
                                 f"`training-assets build-dataset`")
     return pq.read_table(path)
+
+
+def open_dataset_rows(asset_key: str, root: str | os.PathLike[str] | None = None) -> DatasetRows:
+    """A dataset's rows memory-mapped (``dataset_rows``): what the trainers read, a micro-batch at a time.
+
+    Equal row for row to the list loaders below; the Arrow IPC cache it maps is derived from
+    ``data.parquet`` (keyed by its sha256) and built on the first open.
+    """
+    path = dataset_path(asset_key, root)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {asset_key} at {path}; materialise the `{asset_key}` asset or run "
+                                f"`training-assets build-dataset`")
+    rows = open_rows_file(path)
+    if rows.table.schema != SCHEMAS[asset_key]:
+        raise ValueError(f"{path}: schema {rows.table.schema} differs from the {asset_key} contract; rebuild the dataset")
+    return rows
 
 
 def contributing_batches(dataset_key: str, root: str | os.PathLike[str] | None = None,

@@ -1,0 +1,192 @@
+"""Memory-mapped dataset rows: ``DatasetRows`` reads the rows a micro-batch needs, not the dataset.
+
+    rows = open_dataset_rows("sft_dataset", root)   # maps <root>/sft_dataset/arrow/<sha256>.arrow
+    len(rows), rows[0], rows.take([5, 2, 9])        # dicts, equal to load_sft_dataset()'s rows
+    rows.column("n_tokens")                         # (N,) numpy, no Python objects
+    rows.list_lengths("input_ids")                  # (N,) int64 per-row list lengths
+    rows.token_ids("input_ids", [5, 2])             # one numpy view per row, no copy
+    rows[:100]                                      # the first 100 rows, still mapped
+
+Why an Arrow IPC file beside the Parquet: ``data.parquet`` is the contract (its bytes give the
+data version), but its pages are zstd-compressed and dictionary-encoded, so reading it — even
+through a memory map — decodes every column into anonymous memory: ``to_pylist`` of a 1M-row SFT
+set is GBs of Python ints. An uncompressed Arrow IPC file is laid out as Arrow's own buffers, so
+``pa.ipc.open_file(pa.memory_map(path))`` is zero-copy: opening it costs milliseconds, pages come
+in from the page cache on first touch, and resident memory grows with the rows read (and stays
+reclaimable file cache). ``datasets.Dataset.from_parquet`` does the same conversion into its own
+cache, but costs the ``datasets`` import and its fingerprinting at every start-up;
+``benchmarks/trainer_startup.py --with-hf`` measures both.
+
+The cache is derived: written once from ``data.parquet`` one row group at a time (bounded memory),
+atomically (temp + rename, so concurrent ranks or a crash never leave half a file) and named by
+the Parquet's sha256, so a rewritten dataset never reads a stale cache. ``write_dataset`` replaces
+the dataset folder whole, which drops the old caches with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from training_assets.storage import atomic_path, sha256_file
+
+CACHE_DIR = "arrow"
+ITER_CHUNK_ROWS = 4096  # rows converted to dicts at a time when a DatasetRows is iterated
+_NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+                pa.uint8(): np.uint8, pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def as_numpy(array: pa.Array) -> np.ndarray:
+    """A numeric Arrow array without nulls as a read-only numpy view of its buffer; anything else converted.
+
+    pyarrow's own ``to_numpy`` imports pandas on first use (seconds of a trainer's start-up), so the
+    common case reads the data buffer directly.
+    """
+    dtype = _NUMPY_TYPES.get(array.type)
+    if dtype is None or array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + len(array))[array.offset:]
+
+
+def arrow_cache_path(parquet: str | os.PathLike[str], sha256: str | None = None) -> Path:
+    """``<dataset dir>/arrow/<sha256 of the Parquet>.arrow``."""
+    parquet = Path(parquet)
+    return parquet.parent / CACHE_DIR / f"{sha256 or sha256_file(parquet)}.arrow"
+
+
+def ensure_arrow_cache(parquet: str | os.PathLike[str]) -> Path:
+    """The Arrow IPC twin of ``parquet``, written first if missing (row group by row group, atomically)."""
+    parquet = Path(parquet)
+    target = arrow_cache_path(parquet)
+    if target.is_file():
+        return target
+    source = pq.ParquetFile(parquet)
+    with atomic_path(target) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, source.schema_arrow) as writer:
+            for i in range(source.num_row_groups):
+                writer.write_table(source.read_row_group(i))
+    return target
+
+
+def _int64_array(values: np.ndarray) -> pa.Array:
+    """Indices for ``take``, built on the numpy buffer (``pa.array`` would import pandas on first use)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+class DatasetRows(Sequence):
+    """Row access over an Arrow table (memory-mapped when opened from a dataset): rows as dicts on demand.
+
+    ``take(indices)`` gives the dicts of one micro-batch in the order asked, as ``to_pylist`` would;
+    column access returns numpy without building Python lists. Slicing gives another
+    ``DatasetRows`` over the same buffers (``rows[:limit]``).
+    """
+
+    def __init__(self, table: pa.Table, source: str | None = None) -> None:
+        self.table, self.source = table, source
+        self._batches = table.to_batches()
+        self._starts = np.cumsum([0] + [b.num_rows for b in self._batches], dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"DatasetRows({self.source or 'in memory'}, {len(self)} rows, columns={self.column_names})"
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.table.column_names)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> DatasetRows: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | DatasetRows:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return DatasetRows(self.table.take(_int64_array(np.arange(start, stop, step))), self.source)
+            return DatasetRows(self.table.slice(start, max(stop - start, 0)), self.source)
+        return self.take([index])[0]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch in self._batches:
+            for start in range(0, batch.num_rows, ITER_CHUNK_ROWS):
+                yield from batch.slice(start, ITER_CHUNK_ROWS).to_pylist()
+
+    def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(batch number, row within that batch) of each index; negative indices count from the end."""
+        n = len(self)
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        idx = np.where(idx < 0, idx + n, idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            bad = int(np.asarray(indices).reshape(-1)[(idx < 0) | (idx >= n)][0])
+            raise IndexError(f"row {bad} is out of range for {self.source or 'the dataset'} ({n} rows)")
+        batch = np.searchsorted(self._starts, idx, side="right") - 1
+        return batch, idx - self._starts[batch]
+
+    def take(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """The rows at ``indices`` (any order, repeats allowed) as dicts: O(len(indices)), not O(N)."""
+        batch, local = self._locate(indices)
+        out: list[dict[str, Any] | None] = [None] * len(batch)
+        for b in np.unique(batch):
+            where = np.flatnonzero(batch == b)
+            picked = self._batches[int(b)].take(_int64_array(local[where])).to_pylist()
+            for position, row in zip(where.tolist(), picked, strict=True):
+                out[position] = row
+        return out  # type: ignore[return-value]
+
+    def column(self, name: str) -> np.ndarray:
+        """A scalar column as numpy (zero-copy for a single chunk without nulls; several chunks are joined)."""
+        self._check_column(name)
+        array = self.table.column(name)
+        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+            raise TypeError(f"column {name!r} holds lists; use list_lengths / list_chunks / token_ids")
+        parts = [as_numpy(chunk) for chunk in array.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, _NUMPY_TYPES.get(array.type))
+
+    def list_lengths(self, name: str) -> np.ndarray:
+        """(N,) int64: the length of each row's list in column ``name`` (from the offsets, no values read)."""
+        self._check_column(name)
+        parts = [np.diff(as_numpy(chunk.offsets)).astype(np.int64) for chunk in self.table.column(name).chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def list_chunks(self, name: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(offsets, values)`` of a list column, one chunk at a time, zero-copy: the chunk's row i is
+        ``values[offsets[i]:offsets[i+1]]`` (offsets index into ``values`` as given)."""
+        self._check_column(name)
+        for chunk in self.table.column(name).chunks:
+            yield as_numpy(chunk.offsets), as_numpy(chunk.values)
+
+    def token_ids(self, name: str, indices: Sequence[int]) -> list[np.ndarray]:
+        """Row ``i``'s list in column ``name`` as a numpy view of the mapped buffer, for each index."""
+        self._check_column(name)
+        batch, local = self._locate(indices)
+        out = []
+        for b, i in zip(batch.tolist(), local.tolist(), strict=True):
+            array = self._batches[b].column(name)
+            start, stop = array.offsets[i].as_py(), array.offsets[i + 1].as_py()
+            out.append(as_numpy(array.values.slice(start, stop - start)))
+        return out
+
+    def _check_column(self, name: str) -> None:
+        if name not in self.table.column_names:
+            raise KeyError(f"{self.source or 'dataset'} has no column {name!r}; columns: {self.column_names}")
+
+
+def open_rows_file(parquet: str | os.PathLike[str]) -> DatasetRows:
+    """``DatasetRows`` over a Parquet file through its memory-mapped Arrow IPC cache (built on first open)."""
+    parquet = Path(parquet)
+    if not parquet.is_file():
+        raise FileNotFoundError(f"no Parquet file at {parquet}")
+    cache = ensure_arrow_cache(parquet)
+    table = pa.ipc.open_file(pa.memory_map(str(cache), "r")).read_all()
+    return DatasetRows(table, str(parquet))
