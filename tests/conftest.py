@@ -32,15 +32,21 @@ def fake_vllm_lib():
     spec.loader.exec_module(module)
     return module
 # Folders whose session fixtures are expensive (a Dagster stack on PostgreSQL, trained tiny models,
-# a materialised graph) are one unit of scheduling; elsewhere each file is one.
-_WHOLE_FOLDERS = {"deploy", "trainers", "evaluation", "datasets"}
+# a materialised graph) are one unit of scheduling; elsewhere each file is one (tests/trainers' session
+# fixtures, a tokenizer and a tiny base, cost seconds: its files spread). test_automation.py starts a
+# stack of its own, so it is a unit apart from the rest of tests/deploy.
+_WHOLE_FOLDERS = {"deploy", "evaluation", "datasets"}
+_OWN_UNITS = {"tests/deploy/test_automation.py"}
 # the longest units (mostly waiting on servers and subprocesses) go first
-_LONGEST_FIRST = ["deploy", "tests/agent/test_end_to_end.py", "trainers", "evaluation", "agent", "corpus", "datasets"]
+_LONGEST_FIRST = ["tests/deploy/test_automation.py", "tests/agent/test_end_to_end.py", "deploy",
+                  "tests/trainers/test_determinism.py", "trainers", "evaluation", "agent", "corpus", "datasets"]
 
 
 def _unit_of(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     parts = path.split("/")
+    if path in _OWN_UNITS:
+        return path
     if len(parts) > 2 and parts[1] in _WHOLE_FOLDERS:
         return parts[1]
     return path

@@ -205,10 +205,10 @@ def make_batches(n_batches: int = 2, tasks_per_batch: int = 24, attempts: int = 
     return batches, eval_rows
 
 
-def write_samples(root: str | Path, seed: int = 0) -> dict[str, list[str]]:
-    """Write the two sample batches into ``<root>/inbox`` and the held-out set into ``<root>/held_out``."""
+def write_samples(root: str | Path, seed: int = 0, n_batches: int = 2) -> dict[str, list[str]]:
+    """Write the sample batches (two unless asked) into ``<root>/inbox`` and the held-out set into ``<root>/held_out``."""
     root = Path(root)
-    batches, eval_rows = make_batches(seed=seed)
+    batches, eval_rows = make_batches(n_batches=n_batches, seed=seed)
     written: dict[str, list[str]] = {"batches": [], "held_out": []}
     for index, lines in enumerate(batches, start=1):
         gz = index % 2 == 0  # ship one plain and one gzipped batch

@@ -4,10 +4,9 @@ daemon killed mid-flow loses and repeats nothing. Driven only through the webser
 
 A stack of its own (``make_stack``: its own database and data root, the automation sensor running,
 sensors every 2 s, MLflow in SQLite under the data root, lm-eval cut to 4 examples per task).
-One good batch, which trains everything (tokenizer, base, the chain) through a daemon killed
-mid-flow: a second batch would repeat the same chain for minutes; that a new batch retrains the
-fine-tuned chain with the tokenizer and base kept is shown by ticking the same conditions on the
-real graph (tests/traces/test_automation_conditions.py).
+Three good batches, dropped one after another: the first trains everything (tokenizer, base, the
+chain) through a daemon killed mid-flow; each of the next two retrains the fine-tuned chain with
+the tokenizer and base kept, and every batch ends in a new gated registry version.
 """
 
 import os
@@ -21,7 +20,7 @@ import pytest
 
 from training_assets.sample_traces import write_samples
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(3000)]
 
 ENV = {"TRAINING_ASSETS_AUTOMATION": "running", "TRAINING_ASSETS_AUTOMATION_INTERVAL_S": "2",
        "TRAINING_ASSETS_SENSOR_INTERVAL_S": "2", "TRAINING_ASSETS_RETRAIN_MIN_TRACES": "1",
@@ -33,14 +32,15 @@ PER_BATCH = ["curated_corpus", "selected_traces", "sft_dataset", "preference_pai
              "grpo_eval_report", "merged_adapter", "merged_eval_report", "registry_entry"]
 ONCE = ["held_out_sets", "tokenizer", "base_checkpoint"]
 FLOW_TIMEOUT_S = 900  # per batch; measured here 9 min for the first (load average ~10 on 2 cores)
-STACK_DEADLINE_S = 2400  # no process of this module's stack outlives it
+STACK_DEADLINE_S = 3000  # no process of this module's stack outlives it
+N_BATCHES = 3
 
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory) -> list[Path]:
-    """The two sample batches, written aside (the test drops them one at a time), and the held-out set."""
+    """Three sample batches, written aside (the test drops them one at a time), and the held-out set."""
     staging = tmp_path_factory.mktemp("staging")
-    written = write_samples(staging)
+    written = write_samples(staging, n_batches=N_BATCHES)
     return [Path(p) for p in written["batches"]]
 
 
@@ -99,24 +99,31 @@ def _labels(stack, asset: str) -> set[str]:
     return {n["userLabel"] for r in records for n in r["evaluationNodes"] if n["userLabel"]}
 
 
-def test_a_batch_flows_to_a_gated_registry_version_on_its_own_through_a_daemon_crash(auto_stack, batches):
+def test_each_batch_flows_to_a_new_gated_registry_version_on_its_own_through_a_daemon_crash(auto_stack, batches):
     stack = auto_stack
     started = time.monotonic()
     _drop(stack, batches[0])
-    # crash the daemon (SIGKILL) once the batch's chain is under way, start a new one
+    # crash the daemon (SIGKILL) once the first batch's chain is under way, start a new one
     stack.wait_for("the batch's chain to reach the corpus",
                    lambda: _count(stack, "curated_corpus").total() == 1, timeout_s=FLOW_TIMEOUT_S, every_s=1)
     stack.procs["daemon"].stop(sig=signal.SIGKILL)
     stack.start("daemon")
     stack.wait_for("the restarted daemon's heartbeats", stack.daemon_healthy, timeout_s=120, every_s=1)
     _wait_versions(stack, 1, "the batch to reach registry version 1 with no manual launch")
-    print(f"batch -> registry v1 in {time.monotonic() - started:.0f} s, through a daemon crash")
+    print(f"batch 1 -> registry v1 in {time.monotonic() - started:.0f} s, through a daemon crash")
+    for n, batch in enumerate(batches[1:], start=2):  # each later batch: a new version, the tokenizer and base kept
+        started = time.monotonic()
+        _drop(stack, batch)
+        _wait_versions(stack, n, f"batch {n} to reach registry version {n} with no manual launch")
+        print(f"batch {n} -> registry v{n} in {time.monotonic() - started:.0f} s")
 
-    assert _registry_versions(stack) == [1]
-    for asset in PER_BATCH + ONCE:  # nothing lost, nothing run twice for the same inputs
+    assert _registry_versions(stack) == list(range(1, N_BATCHES + 1))
+    for asset in PER_BATCH:  # nothing lost, nothing run twice for the same inputs: once per batch
+        assert _count(stack, asset) == Counter({None: N_BATCHES}), (asset, _count(stack, asset))
+    for asset in ONCE:
         assert _count(stack, asset) == Counter({None: 1}), (asset, _count(stack, asset))
-    assert list(_count(stack, "raw_traces").values()) == [1]
-    assert _count(stack, "minhash_signatures").keys() == _count(stack, "raw_traces").keys()
+    assert sorted(_count(stack, "raw_traces").values()) == [1] * N_BATCHES
+    assert _count(stack, "minhash_signatures") == _count(stack, "raw_traces")
     runs = stack.runs()
     assert all(r["status"] == "SUCCESS" for r in runs), [(r["runId"], r["status"]) for r in runs]
     automated = [r for r in runs if r["tags"].get("dagster/sensor_name") == AUTOMATION_SENSOR]
@@ -148,4 +155,5 @@ def test_a_batch_of_only_bad_lines_stops_at_its_quarantine_check(auto_stack):
     new_runs = [r for r in stack.runs() if r["runId"] not in runs_before]
     assert [r["tags"].get("dagster/sensor_name") for r in new_runs] == ["trace_batch_sensor"], new_runs
     assert partition not in _count(stack, "minhash_signatures")
-    assert _count(stack, "curated_corpus").total() == 1 and _registry_versions(stack) == [1]
+    assert (_count(stack, "curated_corpus").total() == N_BATCHES
+            and _registry_versions(stack) == list(range(1, N_BATCHES + 1)))
