@@ -68,6 +68,10 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # xdist orders scopes by their number of tests unless told not to: keep the longest-first order
+    # of pytest_collection_modifyitems (the 2-test automation unit would otherwise start last)
+    config.option.loadscopereorder = False
+
     class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _unit_of(nodeid)

@@ -30,6 +30,18 @@ def wandb_records(path):
             yield record
 
 
+def complete_records(path, wait_s=30):
+    """The run file's records once its exit record is in: wandb's service process appends the history
+    and the exit record asynchronously, and on a loaded machine they land a moment after finish()
+    returns, so the file is read again until the exit record (the last one written) is there."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = list(wandb_records(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
 def test_wandb_tracker_writes_an_offline_run_without_an_api_key(tmp_path, tokenizer, windows, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -41,7 +53,7 @@ def test_wandb_tracker_writes_an_offline_run_without_an_api_key(tmp_path, tokeni
     assert result["tracker"] == "wandb" and run_dir.parent == tmp_path / "wandb"
     assert run_dir.name.startswith("offline-run-") and run_dir.name.endswith(result["tracker_run_id"])
     [run_file] = run_dir.glob(f"run-{result['tracker_run_id']}.wandb")
-    records = list(wandb_records(run_file))
+    records = complete_records(run_file)
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.display_name == "pretrain-test" and list(run.tags) == ["asset:base_checkpoint"]
     history = [{i.key or "/".join(i.nested_key): i.value_json for i in r.history.item}
@@ -60,11 +72,5 @@ def test_a_failed_run_is_marked_failed(tmp_path, tokenizer, windows, monkeypatch
     with pytest.raises(RuntimeError, match="loss exploded"):
         trainer.train(windows)
     [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    # wandb's service process appends the exit record; on a loaded machine it can land a moment
-    # after finish() returns, so read the transaction log again for a few seconds before failing
-    deadline = time.monotonic() + 20
-    while not (exits := [r.exit for r in wandb_records(run_file) if r.WhichOneof("record_type") == "exit"]) \
-            and time.monotonic() < deadline:
-        time.sleep(0.5)
-    [done] = exits
+    [done] = [r.exit for r in complete_records(run_file) if r.WhichOneof("record_type") == "exit"]
     assert done.exit_code == 1
