@@ -84,29 +84,8 @@ def _stored_features(records: list[dict[str, Any]], spec: dict[str, Any], params
     if spec["kind"] == "batch":
         table, why = staged.stored_partition(spec["batch_id"], params, root)
         if table is not None:
-            for row_id, chash, shingles, signature in zip(
-                    table.column("id").to_pylist(), table.column("content_hash").to_pylist(),
-                    table.column("shingles").to_numpy(zero_copy_only=False),
-                    table.column("signature").to_numpy(zero_copy_only=False), strict=True):
-                stored[row_id] = (chash, shingles, signature)
-    hits = [stored.get(r["id"]) for r in records]
-    hits = [h if h is not None and h[0] == content_hash(r["text"]) else None for h, r in zip(hits, records, strict=True)]
-    missing = [i for i, h in enumerate(hits) if h is None]
-    c_offsets, c_hashes, c_sigs = staged.shingles_and_signatures([records[i]["text"] for i in missing], params)
-    parts, sigs = [], np.empty((len(records), params.num_perm), np.uint32)
-    cursor = 0
-    for i, hit in enumerate(hits):
-        if hit is not None:
-            parts.append(np.asarray(hit[1], np.uint64))
-            sigs[i] = hit[2]
-        else:
-            parts.append(c_hashes[c_offsets[cursor]:c_offsets[cursor + 1]])
-            sigs[i] = c_sigs[cursor]
-            cursor += 1
-    offsets = np.zeros(len(records) + 1, np.int64)
-    np.cumsum([len(p) for p in parts], out=offsets[1:])
-    values = np.concatenate(parts).astype(np.uint64) if parts else np.zeros(0, np.uint64)
-    return offsets, values, sigs, np.array([h is not None for h in hits], bool), why
+            staged.add_stored_rows(stored, table)
+    return (*staged.merge_stored(records, stored, params), why)
 
 
 def shard_stage(work: str, shard: int, spec: dict[str, Any], root: str, quality: QualityConfig | None,

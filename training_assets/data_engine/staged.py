@@ -119,22 +119,19 @@ def stored_partition(batch_id: str, params: DedupParams, root: str | os.PathLike
     return pq.read_table(folder / SIGNATURES_FILE), "stored"
 
 
-def load_store_features(records: Sequence[dict[str, Any]], batch_ids: Iterable[str], params: DedupParams,
-                        root: str | os.PathLike[str] | None = None) -> tuple[Features, dict[str, Any]]:
-    """Features of ``records`` (in order): stored signatures where a valid partition holds the
-    record with the same content, computed here for the rest. Returns (features, report)."""
-    stored: dict[str, tuple[str, Any, Any]] = {}
-    report: dict[str, Any] = {"partitions": {}, "from_store": 0, "computed": 0}
-    for batch_id in sorted(batch_ids):
-        table, why = stored_partition(batch_id, params, root)
-        report["partitions"][batch_id] = why
-        if table is None:
-            continue
-        for row_id, chash, shingles, signature in zip(
-                table.column("id").to_pylist(), table.column("content_hash").to_pylist(),
-                table.column("shingles").to_numpy(zero_copy_only=False),
-                table.column("signature").to_numpy(zero_copy_only=False), strict=True):
-            stored[row_id] = (chash, shingles, signature)
+def add_stored_rows(stored: dict[str, tuple[str, Any, Any]], table: pa.Table) -> None:
+    """``stored[id] = (content_hash, shingles, signature)`` for every row of a partition's signature table."""
+    for row_id, chash, shingles, signature in zip(
+            table.column("id").to_pylist(), table.column("content_hash").to_pylist(),
+            table.column("shingles").to_numpy(zero_copy_only=False),
+            table.column("signature").to_numpy(zero_copy_only=False), strict=True):
+        stored[row_id] = (chash, shingles, signature)
+
+
+def merge_stored(records: Sequence[dict[str, Any]], stored: dict[str, tuple[str, Any, Any]], params: DedupParams
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(shingle offsets int64[N+1], shingles uint64[S], signatures uint32[N, P], from_store bool[N]) of
+    ``records`` in order: the stored entry where it holds the same content, computed here for the rest."""
     hits = [stored.get(r["id"]) for r in records]
     hits = [h if h is not None and h[0] == content_hash(r["text"]) else None for h, r in zip(hits, records, strict=True)]
     missing = [i for i, h in enumerate(hits) if h is None]
@@ -153,7 +150,23 @@ def load_store_features(records: Sequence[dict[str, Any]], batch_ids: Iterable[s
     offsets = np.zeros(len(records) + 1, np.int64)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
     values = np.concatenate(parts).astype(np.uint64) if parts else np.zeros(0, np.uint64)
-    report["from_store"], report["computed"] = len(records) - len(missing), len(missing)
+    return offsets, values, sigs, np.array([h is not None for h in hits], bool)
+
+
+def load_store_features(records: Sequence[dict[str, Any]], batch_ids: Iterable[str], params: DedupParams,
+                        root: str | os.PathLike[str] | None = None) -> tuple[Features, dict[str, Any]]:
+    """Features of ``records`` (in order): stored signatures where a valid partition holds the
+    record with the same content, computed here for the rest. Returns (features, report)."""
+    stored: dict[str, tuple[str, Any, Any]] = {}
+    report: dict[str, Any] = {"partitions": {}, "from_store": 0, "computed": 0}
+    for batch_id in sorted(batch_ids):
+        table, why = stored_partition(batch_id, params, root)
+        report["partitions"][batch_id] = why
+        if table is not None:
+            add_stored_rows(stored, table)
+    offsets, values, sigs, from_store = merge_stored(records, stored, params)
+    report["from_store"] = int(from_store.sum())
+    report["computed"] = len(records) - report["from_store"]
     return Features(sigs, np.diff(offsets) > 0, csr_jaccard(offsets, values)), report
 
 
