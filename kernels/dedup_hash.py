@@ -9,7 +9,9 @@ definitions are in ``kernels/dedup.py``'s docstring; ``kernels/reference.py`` ha
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 HASH_VERSION = 2  # bump when any hash below changes: stored signatures then count as stale
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -103,11 +105,19 @@ def _doc_shingles(data, start, end, ngram, n_words, out):
     words = np.empty(n_words, np.uint64)
     _word_hashes(data, start, end, words)
     width = min(ngram, n_words)
-    for i in range(out.shape[0]):
-        s = np.uint64(0)
-        for j in range(width):
-            s = s * SHINGLE_PRIME + words[i + j]
-        out[i] = fmix64(s ^ np.uint64(width))
+    # the first window folded word by word, then rolled: s' = (s - w_i P^(width-1)) P + w_{i+width}
+    # (exact in wrapping arithmetic; two multiplies per shingle instead of ``width``)
+    s = np.uint64(0)
+    top_power = np.uint64(1)
+    for j in range(width):
+        s = s * SHINGLE_PRIME + words[j]
+        if j:
+            top_power = top_power * SHINGLE_PRIME
+    mix = np.uint64(width)
+    out[0] = fmix64(s ^ mix)
+    for i in range(1, out.shape[0]):
+        s = (s - words[i - 1] * top_power) * SHINGLE_PRIME + words[i + width - 1]
+        out[i] = fmix64(s ^ mix)
 
 
 @njit(cache=True, parallel=True)
@@ -203,33 +213,69 @@ def shingle_hashes(data, offsets, ngram):
     return out_offsets, raw[:out_offsets[n_docs]]
 
 
+@intrinsic
+def _load_u64(typingctx, array, index):
+    """The 8 bytes ``array[index:index + 8]`` (uint8, C-contiguous) as one little-endian uint64,
+    in one unaligned load. Numba has no such primitive: ``array[i:i + 8].view(np.uint64)[0]``
+    builds an array per call (measured 2x slower than this whole hash). The caller guarantees
+    ``index + 8 <= len(array)``."""
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=1)
+
+    return types.uint64(array, types.int64), codegen
+
+
 @njit(cache=True, parallel=True)
 def content_hashes(data, offsets):
     """64-bit hash of each document's exact bytes: uint64[N] (no case folding, whitespace counts).
 
-    The bytes are packed eight at a time, big-endian, into a chunk mixed in with
-    ``h = (h ^ chunk) * M`` from the FNV-1a offset basis, then ``fmix64(h ^ length)``: the word
-    hash's construction applied to the whole document. Only a grouping key: ``exact_roots``
-    compares the bytes of documents whose hashes are equal.
+    The bytes are read as little-endian 8-byte words ``w_i`` (the last one zero-padded); word
+    ``i`` goes to lane ``i % 4``, each lane ``l`` folding its words with ``h = (h ^ w) * M`` from
+    the FNV-1a offset basis plus ``l``. Four independent multiply chains, so the hash runs at
+    the load rate rather than one multiply's latency per word (one chain measured 2.5x slower).
+    The lanes are then combined, ``h = (h ^ fmix64(lane)) * M`` from lane 0, and the result is
+    ``fmix64(h ^ length)``. Only a grouping key, never stored: ``exact_roots`` compares the bytes
+    of documents whose hashes are equal.
     """
     n_docs = offsets.shape[0] - 1
     out = np.empty(n_docs, np.uint64)
     for d in prange(n_docs):
         start, end = offsets[d], offsets[d + 1]
-        h = FNV_OFFSET
+        h0 = FNV_OFFSET
+        h1 = FNV_OFFSET + np.uint64(1)
+        h2 = FNV_OFFSET + np.uint64(2)
+        h3 = FNV_OFFSET + np.uint64(3)
         p = start
-        while p + 8 <= end:
-            chunk = np.uint64(0)
-            for k in range(8):
-                chunk = (chunk << np.uint64(8)) | np.uint64(data[p + k])
-            h = (h ^ chunk) * WORD_MULT
+        while p + 32 <= end:
+            h0 = (h0 ^ _load_u64(data, p)) * WORD_MULT
+            h1 = (h1 ^ _load_u64(data, p + 8)) * WORD_MULT
+            h2 = (h2 ^ _load_u64(data, p + 16)) * WORD_MULT
+            h3 = (h3 ^ _load_u64(data, p + 24)) * WORD_MULT
+            p += 32
+        lane = 0
+        while p < end:
+            if p + 8 <= end:
+                word = _load_u64(data, p)
+            else:
+                word = np.uint64(0)
+                for k in range(end - p):
+                    word |= np.uint64(data[p + k]) << np.uint64(8 * k)
+            if lane == 0:
+                h0 = (h0 ^ word) * WORD_MULT
+            elif lane == 1:
+                h1 = (h1 ^ word) * WORD_MULT
+            elif lane == 2:
+                h2 = (h2 ^ word) * WORD_MULT
+            else:
+                h3 = (h3 ^ word) * WORD_MULT
+            lane += 1
             p += 8
-        if p < end:
-            chunk = np.uint64(0)
-            while p < end:
-                chunk = (chunk << np.uint64(8)) | np.uint64(data[p])
-                p += 1
-            h = (h ^ chunk) * WORD_MULT
+        h = (h0 ^ fmix64(h1)) * WORD_MULT
+        h = (h ^ fmix64(h2)) * WORD_MULT
+        h = (h ^ fmix64(h3)) * WORD_MULT
         out[d] = fmix64(h ^ np.uint64(end - start))
     return out
 

@@ -181,9 +181,13 @@ def contains_any(shingle_sets: list[set[int]], index: set[int]) -> list[bool]:
 
 
 def content_hash(doc: bytes) -> int:
-    h = FNV_OFFSET
+    lanes = [FNV_OFFSET + lane for lane in range(4)]
     for i in range(0, len(doc), 8):
-        h = ((h ^ int.from_bytes(doc[i:i + 8], "big")) * WORD_MULT) & MASK64
+        lane = (i // 8) % 4
+        lanes[lane] = ((lanes[lane] ^ int.from_bytes(doc[i:i + 8], "little")) * WORD_MULT) & MASK64
+    h = lanes[0]
+    for lane in lanes[1:]:
+        h = ((h ^ fmix64(lane)) * WORD_MULT) & MASK64
     return fmix64(h ^ len(doc))
 
 

@@ -12,8 +12,10 @@ import numba
 
 # Work per extra Numba thread before a stage goes parallel: a parallel region costs ~0.01 ms on
 # an idle machine but 1-40 ms on a loaded one (threads wait to be scheduled), so a stage smaller
-# than this runs on one thread. Units: bytes for byte-bound stages, documents for LSH.
-BYTES_PER_THREAD = 4 << 20
+# than this runs on one thread. Units: bytes for byte-bound stages, documents for LSH. 2 MB is
+# ~4 ms of shingling per thread; at 4 MB the verification of a 22 MB corpus (5 MB of candidate
+# documents) stayed on one thread: the 2-thread dedup of benchmarks/dedup.py went 0.060 -> 0.051 s.
+BYTES_PER_THREAD = 2 << 20
 DOCS_PER_THREAD = 50_000
 
 
