@@ -100,3 +100,40 @@ def test_bad_input_is_refused_with_the_cause():
         dedup([{"id": "x", "text": "a"}, {"id": "x", "text": "b"}])
     with pytest.raises(ValueError, match="method 'simhash'"):
         dedup([], method="simhash")
+
+
+def test_chunked_pass_gives_the_one_buffer_features_and_roots(monkeypatch):
+    """The in-memory path packs and sketches chunk by chunk; with chunks of a few texts it must give
+    the same signatures, roots and result as one packed buffer, and a hash collision (every hash
+    forced equal) must never merge different texts."""
+    import importlib
+
+    import numpy as np
+
+    from training_assets_kernels import dedup as K
+
+    module = importlib.import_module("training_assets.data_engine.dedup")  # the package re-exports the function
+
+    records = _corpus(60)
+    records.append(dict(records[20], id="exact-copy"))
+    texts = [r["text"] for r in records]
+    params = module.DedupParams("minhash", 0.8, 128, 5, module.DEFAULT_SEED, 0.995)
+    data, offsets = module.pack_texts(texts)
+    whole = module.packed_features(data, offsets, params)
+    expected = dedup(records)
+    monkeypatch.setattr(module, "PACK_CHUNK", 700)  # a text or two per chunk
+    assert len(list(module._text_chunks(texts))) > len(texts) // 3
+    hashes, signatures, counts = module.streamed_minhash(texts, params)
+    np.testing.assert_array_equal(signatures, whole.signatures)
+    np.testing.assert_array_equal(hashes, K.content_hashes(data, offsets))
+    np.testing.assert_array_equal(module.exact_roots_from_hashes(texts, hashes), K.exact_roots(data, offsets))
+    np.testing.assert_array_equal(module.exact_roots_from_hashes(texts, np.zeros(len(texts), np.uint64)),
+                                  K.exact_roots(data, offsets))
+    rows = np.array([0, 2, 3, 7, 8, 9, 12], np.int64)
+    matrix = np.arange(13 * 4).reshape(13, 4)
+    np.testing.assert_array_equal(module._keep_rows(matrix.copy(), rows, block=3), matrix[rows])
+    chunked = dedup(records)
+    kept = [r["id"] for r in chunked.kept]
+    assert (kept, chunked.clusters, chunked.pairs, chunked.dropped) == (
+        [r["id"] for r in expected.kept], expected.clusters, expected.pairs, expected.dropped)
+    assert "exact-copy" not in kept and "exact-copy" in chunked.clusters[records[20]["id"]]
