@@ -11,7 +11,7 @@ Why an Arrow IPC file beside the Parquet: ``data.parquet`` is the contract (its 
 data version), but its pages are zstd-compressed and dictionary-encoded, so reading it — even
 through a memory map — decodes every column into anonymous memory: ``to_pylist`` of a 1M-row SFT
 set is GBs of Python ints. An uncompressed Arrow IPC file is laid out as Arrow's own buffers, so
-``pa.ipc.open_file(pa.memory_map(path))`` is zero-copy: opening it costs milliseconds, pages come
+opening it through a memory map is zero-copy: opening it costs milliseconds, pages come
 in from the page cache on first touch, and resident memory grows with the rows read (and stays
 reclaimable file cache). ``datasets.Dataset.from_parquet`` does the same conversion into its own
 cache, but costs the ``datasets`` import and its fingerprinting at every start-up;
@@ -25,6 +25,7 @@ the dataset folder whole, which drops the old caches with it.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -71,7 +72,22 @@ def ensure_arrow_cache(parquet: str | os.PathLike[str]) -> Path:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, source.schema_arrow) as writer:
             for i in range(source.num_row_groups):
                 writer.write_table(source.read_row_group(i))
+    _drop_page_cache(target)
     return target
+
+
+def _drop_page_cache(path: Path) -> None:
+    """Evict a just-written (and fsynced) file from the page cache. Written pages sit there as large
+    folios (2 MB on this kernel's ext4), and touching one byte of a mapped large folio maps all of
+    it: a trainer reading 8 random rows had ~40 MB of the file resident, against ~1 MB when the
+    pages come back through reads of the rows alone."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def _int64_array(values: np.ndarray) -> pa.Array:
@@ -159,6 +175,23 @@ class DatasetRows(Sequence):
         parts = [np.diff(as_numpy(chunk.offsets)).astype(np.int64) for chunk in self.table.column(name).chunks]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
+    def column_sum(self, name: str) -> int:
+        """The sum of a scalar integer column, chunk by chunk on the mapped buffers (nothing copied)."""
+        self._check_column(name)
+        if self.table.column(name).null_count:
+            raise ValueError(f"{self.source or 'dataset'}: column {name!r} has nulls; it cannot be summed as token counts")
+        return sum(int(as_numpy(chunk).sum(dtype=np.int64)) for chunk in self.table.column(name).chunks)
+
+    def list_total(self, name: str) -> int:
+        """The total length of column ``name``'s lists: ``sum(list_lengths(name))`` from two offsets per chunk."""
+        self._check_column(name)
+        total = 0
+        for chunk in self.table.column(name).chunks:
+            if len(chunk):
+                offsets = as_numpy(chunk.offsets)
+                total += int(offsets[-1]) - int(offsets[0])
+        return total
+
     def list_chunks(self, name: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """``(offsets, values)`` of a list column, one chunk at a time, zero-copy: the chunk's row i is
         ``values[offsets[i]:offsets[i+1]]`` (offsets index into ``values`` as given)."""
@@ -188,5 +221,18 @@ def open_rows_file(parquet: str | os.PathLike[str]) -> DatasetRows:
     if not parquet.is_file():
         raise FileNotFoundError(f"no Parquet file at {parquet}")
     cache = ensure_arrow_cache(parquet)
-    table = pa.ipc.open_file(pa.memory_map(str(cache), "r")).read_all()
-    return DatasetRows(table, str(parquet))
+    return DatasetRows(pa.ipc.open_file(pa.BufferReader(_map_random(cache))).read_all(), str(parquet))
+
+
+def _map_random(path: Path) -> pa.Buffer:
+    """``path`` memory-mapped read-only as a zero-copy Arrow buffer, advised ``MADV_RANDOM``: rows are
+    read in shuffled order, so the kernel's read-around (pages near each fault, which no one reads)
+    only inflates the resident set: 8 random rows of a 1M-row SFT set mapped 9.4 MB of the file
+    with it, 0.7 MB without."""
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty: a damaged Arrow cache; delete it and it is rebuilt from the Parquet")
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return pa.py_buffer(mapped)  # the buffer keeps the map alive as long as any table slice of it

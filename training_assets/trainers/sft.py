@@ -93,6 +93,14 @@ class SFTTrainer(TrainerBase):
                 return examples.list_lengths("input_ids")
         return super().example_lengths(examples)
 
+    def example_token_total(self, examples: Examples) -> int:
+        if isinstance(examples, DatasetRows):
+            if "n_tokens" in examples.column_names:
+                return examples.column_sum("n_tokens")
+            if "input_ids" in examples.column_names:
+                return examples.list_total("input_ids")
+        return super().example_token_total(examples)
+
     def plan(self, examples: Examples, world_size: int = 1) -> Plan:
         if not self.config.packing:
             return super().plan(examples, world_size)

@@ -8,9 +8,13 @@ back as a list of dicts; ``contributing_batches`` names the trace batches a
 dataset's rows came from. Formats: ``docs/datasets.md``.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from training_assets.dataset_rows import DatasetRows
 from training_assets.training_data.common import BuildResult
-from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty, group_advantages
 from training_assets.training_data.io import (
     contributing_batches,
     dataset_path,
@@ -22,7 +26,6 @@ from training_assets.training_data.io import (
     read_dataset_info,
 )
 from training_assets.training_data.packing import PackedWindows, pack_sequences
-from training_assets.training_data.preferences import build_preference_pairs
 from training_assets.training_data.rewards import (
     DEFAULT_REWARD_WEIGHTS,
     REWARD_COMPONENTS,
@@ -35,14 +38,37 @@ from training_assets.training_data.rewards import (
     success_reward,
     tool_call_validity_reward,
 )
-from training_assets.training_data.selection import (
-    SelectionConfig,
-    load_selected_traces,
-    load_selection_decisions,
-    select_traces,
-    selection_version,
-)
 from training_assets.training_data.sft import build_sft_examples
+
+# The builders that group with polars load on first use: a trainer process (which only reads
+# datasets) then never imports polars (23 MB of RSS and ~0.1 s of its start-up).
+_LAZY = {
+    "build_grpo_groups": "grpo", "filter_by_difficulty": "grpo", "group_advantages": "grpo",
+    "build_preference_pairs": "preferences",
+    "SelectionConfig": "selection", "load_selected_traces": "selection", "load_selection_decisions": "selection",
+    "select_traces": "selection", "selection_version": "selection",
+}
+
+if TYPE_CHECKING:
+    from training_assets.training_data.grpo import build_grpo_groups, filter_by_difficulty, group_advantages
+    from training_assets.training_data.preferences import build_preference_pairs
+    from training_assets.training_data.selection import (
+        SelectionConfig,
+        load_selected_traces,
+        load_selection_decisions,
+        select_traces,
+        selection_version,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_REWARD_WEIGHTS", "REWARD_COMPONENTS", "BuildResult", "DatasetRows", "PackedWindows", "RewardScores", "SelectionConfig",
