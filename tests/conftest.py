@@ -37,9 +37,10 @@ def fake_vllm_lib():
 # stack of its own, so it is a unit apart from the rest of tests/deploy.
 _WHOLE_FOLDERS = {"deploy", "evaluation", "datasets"}
 _OWN_UNITS = {"tests/deploy/test_automation.py"}
-# the longest units (mostly waiting on servers and subprocesses) go first
-_LONGEST_FIRST = ["tests/deploy/test_automation.py", "tests/agent/test_end_to_end.py", "deploy",
-                  "tests/trainers/test_determinism.py", "trainers", "evaluation", "agent", "corpus", "datasets"]
+# started before every other unit: the longest one (~200 s of a ~430 s suite on a quiet machine,
+# its own stack's daemon polling); xdist otherwise hands units out by test count, and this one, with
+# three tests, started last and set the suite's end
+_FIRST = {"tests/deploy/test_automation.py"}
 
 
 def _unit_of(nodeid: str) -> str:
@@ -52,14 +53,6 @@ def _unit_of(nodeid: str) -> str:
     return path
 
 
-def _rank(nodeid: str) -> int:
-    unit = _unit_of(nodeid)
-    for i, name in enumerate(_LONGEST_FIRST):
-        if unit == name or unit.startswith(f"tests/{name}/"):
-            return i
-    return len(_LONGEST_FIRST)
-
-
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs ``-n N --dist loadgroup``: a folder with expensive session fixtures stays on
     one worker (they are built once, not once per worker), other files spread over the workers.
@@ -68,9 +61,11 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    # xdist hands units out by their number of tests (its default, kept): forcing the longest first
-    # started the three server-heavy units (automation, agent e2e, deploy) together, whose daemons
-    # and code servers then shared the 2 cores: 23 min 50 s from a fresh clone against 21 min 43 s
+    # The queue follows the workers' collection order (``pytest_collection_modifyitems``: the
+    # automation unit, then xdist's own order by test count). Forcing every long unit first had
+    # started the three server-heavy ones (automation, agent e2e, deploy) together, whose daemons
+    # and code servers then shared the 2 cores: 23 min 50 s from a fresh clone against 21 min 43 s.
+    config.option.loadscopereorder = False
 
     class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -80,6 +75,10 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Within a worker's share, the longest units first (order within a unit kept)."""
+    """On the workers (whose collection order the scheduler's queue follows): ``_FIRST``, then units by
+    their number of tests, most first, as xdist orders them; a unit's own order is kept."""
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: _rank(item.nodeid))
+        from collections import Counter
+
+        counts = Counter(_unit_of(item.nodeid) for item in items)
+        items.sort(key=lambda item: (_unit_of(item.nodeid) not in _FIRST, -counts[_unit_of(item.nodeid)]))
