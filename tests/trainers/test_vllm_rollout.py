@@ -79,6 +79,44 @@ def test_the_policy_is_synced_as_versioned_adapters_and_rollouts_ask_for_the_new
     assert "k-right" not in repr(result.to_dict()) and "k-right" not in config.model_dump_json()
 
 
+def test_two_processes_load_each_version_once_and_every_rank_asks_for_the_newest(server, tmp_path, base_model_dir):
+    """DDP over two CPU processes (torchrun, gloo): the adapter is gathered by every rank and
+    loaded by rank 0 alone, and the barrier after the load keeps either rank from asking for a
+    version before the server has it."""
+    import json
+    import subprocess
+    import sys
+
+    from training_assets import launch
+    from training_assets.trainers.accelerate_launch import write_job
+
+    groups = tmp_path / "groups.jsonl"
+    groups.write_text("".join(json.dumps(g) + "\n" for g in _groups()))
+    config = TrainConfig(base_model=str(base_model_dir), distributed="ddp", **{**vllm_config(tmp_path, server.base_url),
+                                                                            "batch_size": 1})
+    job = write_job(tmp_path / "job.json", "grpo", config.to_dict(), {"jsonl": str(groups)}, str(tmp_path / "r.json"))
+    cmd = launch.build_launch_command(launch.JOB_MODULE, job, distributed="ddp", num_processes=2, cpu=True,
+                                      python=sys.executable)
+    done = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["world_size"] == 2 and result["vllm_adapters"] == ["run-v1", "run-v2"]
+
+    log = [e for e in server.state()["log"] if e["status"] == 200]
+    ops = [(e["path"].rsplit("/", 1)[1], e["model"]) for e in log if "lora" in e["path"]]
+    assert ops == [("load_lora_adapter", "run-v1"), ("load_lora_adapter", "run-v2"), ("unload_lora_adapter", "run-v1")]
+    newest, asked = "base", []
+    for e in log:  # in the server's arrival order, across both ranks
+        if e["path"] == "/v1/load_lora_adapter":
+            newest = e["model"]
+        elif e["path"] == "/v1/completions":
+            assert e["model"] == newest
+            asked.append(e["model"])
+    assert asked == ["base", "base", "run-v1", "run-v1", "run-v2", "run-v2"]  # one prompt per rank per step
+    assert all(e["authorized"] for e in server.state()["log"])
+    assert [p.name for p in (tmp_path / "out" / "vllm_adapters").iterdir()] == ["run-v2"]
+
+
 def test_a_wrong_key_fails_before_training_naming_the_variable(server, tmp_path, base_model_dir, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "k-wrong")
     config = TrainConfig(base_model=str(base_model_dir), **vllm_config(tmp_path, server.base_url))
