@@ -198,6 +198,8 @@ def shingle_hashes(data, offsets, ngram):
 
     data: uint8[B], offsets: int64[N+1] -> (out_offsets int64[N+1], hashes uint64[S]).
     """
+    if ngram < 1:
+        raise ValueError("shingle_hashes: ngram must be >= 1")
     raw_offsets, raw = _raw_shingles(data, offsets, ngram)
     n_docs = offsets.shape[0] - 1
     ends = sort_unique_blocks(raw_offsets, raw, np.arange(n_docs))
@@ -220,19 +222,25 @@ def _load_u64(typingctx, array, index):
     builds an array per call (measured 2x slower than this whole hash). The caller guarantees
     ``index + 8 <= len(array)``."""
 
+    if not (isinstance(array, types.Array) and array.dtype == types.uint8 and array.ndim == 1
+            and array.layout == "C" and isinstance(index, types.Integer)):
+        return None  # a typing error: only a contiguous uint8 buffer is read this way (strides are ignored)
+
     def codegen(context, builder, signature, args):
         ary = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(64).as_pointer())
+        position = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(ary.data, [position]), ir.IntType(64).as_pointer())
         return builder.load(ptr, align=1)
 
-    return types.uint64(array, types.int64), codegen
+    return types.uint64(array, index), codegen
 
 
 @njit(cache=True, parallel=True)
 def content_hashes(data, offsets):
     """64-bit hash of each document's exact bytes: uint64[N] (no case folding, whitespace counts).
 
-    The bytes are read as little-endian 8-byte words ``w_i`` (the last one zero-padded); word
+    The bytes are read as little-endian 8-byte words ``w_i`` (native loads: x86-64 and aarch64 are
+    little-endian; ``reference.content_hash`` assumes it), the last one zero-padded; word
     ``i`` goes to lane ``i % 4``, each lane ``l`` folding its words with ``h = (h ^ w) * M`` from
     the FNV-1a offset basis plus ``l``. Four independent multiply chains, so the hash runs at
     the load rate rather than one multiply's latency per word (one chain measured 2.5x slower).

@@ -25,6 +25,7 @@ the dataset folder whole, which drops the old caches with it.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from collections.abc import Iterator, Sequence
@@ -36,6 +37,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets.storage import atomic_path, sha256_file
+
+log = logging.getLogger(__name__)
 
 CACHE_DIR = "arrow"
 ITER_CHUNK_ROWS = 4096  # rows converted to dicts at a time when a DatasetRows is iterated
@@ -83,11 +86,14 @@ def _drop_page_cache(path: Path) -> None:
     pages come back through reads of the rows alone."""
     if not hasattr(os, "posix_fadvise"):
         return
-    fd = os.open(path, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except OSError as exc:  # advice only: the cache itself is written and complete
+        log.debug("could not evict %s from the page cache: %s", path, exc)
 
 
 def _int64_array(values: np.ndarray) -> pa.Array:
@@ -104,10 +110,18 @@ class DatasetRows(Sequence):
     ``DatasetRows`` over the same buffers (``rows[:limit]``).
     """
 
-    def __init__(self, table: pa.Table, source: str | None = None) -> None:
-        self.table, self.source = table, source
+    def __init__(self, table: pa.Table, source: str | None = None, mapping: _Mapping | None = None) -> None:
+        self.table, self.source, self._mapping = table, source, mapping
         self._batches = table.to_batches()
         self._starts = np.cumsum([0] + [b.num_rows for b in self._batches], dtype=np.int64)
+
+    def _will_scan(self, name: str) -> None:
+        """Ask the kernel to read column ``name``'s buffers ahead (``MADV_WILLNEED``): the map is
+        ``MADV_RANDOM`` for the shuffled row reads of training, under which a whole-column scan of a
+        cold file would fault in one page at a time."""
+        if self._mapping is not None:
+            for chunk in self.table.column(name).chunks:
+                self._mapping.will_need(chunk)
 
     def __repr__(self) -> str:
         return f"DatasetRows({self.source or 'in memory'}, {len(self)} rows, columns={self.column_names})"
@@ -130,10 +144,12 @@ class DatasetRows(Sequence):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 return DatasetRows(self.table.take(_int64_array(np.arange(start, stop, step))), self.source)
-            return DatasetRows(self.table.slice(start, max(stop - start, 0)), self.source)
+            return DatasetRows(self.table.slice(start, max(stop - start, 0)), self.source, self._mapping)
         return self.take([index])[0]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        for name in self.column_names:
+            self._will_scan(name)
         for batch in self._batches:
             for start in range(0, batch.num_rows, ITER_CHUNK_ROWS):
                 yield from batch.slice(start, ITER_CHUNK_ROWS).to_pylist()
@@ -166,12 +182,14 @@ class DatasetRows(Sequence):
         array = self.table.column(name)
         if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
             raise TypeError(f"column {name!r} holds lists; use list_lengths / list_chunks / token_ids")
+        self._will_scan(name)
         parts = [as_numpy(chunk) for chunk in array.chunks]
         return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, _NUMPY_TYPES.get(array.type))
 
     def list_lengths(self, name: str) -> np.ndarray:
         """(N,) int64: the length of each row's list in column ``name`` (from the offsets, no values read)."""
         self._check_column(name)
+        self._will_scan(name)
         parts = [np.diff(as_numpy(chunk.offsets)).astype(np.int64) for chunk in self.table.column(name).chunks]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
@@ -180,6 +198,7 @@ class DatasetRows(Sequence):
         self._check_column(name)
         if self.table.column(name).null_count:
             raise ValueError(f"{self.source or 'dataset'}: column {name!r} has nulls; it cannot be summed as token counts")
+        self._will_scan(name)
         return sum(int(as_numpy(chunk).sum(dtype=np.int64)) for chunk in self.table.column(name).chunks)
 
     def list_total(self, name: str) -> int:
@@ -196,6 +215,7 @@ class DatasetRows(Sequence):
         """``(offsets, values)`` of a list column, one chunk at a time, zero-copy: the chunk's row i is
         ``values[offsets[i]:offsets[i+1]]`` (offsets index into ``values`` as given)."""
         self._check_column(name)
+        self._will_scan(name)
         for chunk in self.table.column(name).chunks:
             yield as_numpy(chunk.offsets), as_numpy(chunk.values)
 
@@ -221,18 +241,35 @@ def open_rows_file(parquet: str | os.PathLike[str]) -> DatasetRows:
     if not parquet.is_file():
         raise FileNotFoundError(f"no Parquet file at {parquet}")
     cache = ensure_arrow_cache(parquet)
-    return DatasetRows(pa.ipc.open_file(pa.BufferReader(_map_random(cache))).read_all(), str(parquet))
+    mapping = _Mapping(cache)
+    return DatasetRows(pa.ipc.open_file(pa.BufferReader(mapping.buffer)).read_all(), str(parquet), mapping)
 
 
-def _map_random(path: Path) -> pa.Buffer:
-    """``path`` memory-mapped read-only as a zero-copy Arrow buffer, advised ``MADV_RANDOM``: rows are
-    read in shuffled order, so the kernel's read-around (pages near each fault, which no one reads)
-    only inflates the resident set: 8 random rows of a 1M-row SFT set mapped 9.4 MB of the file
-    with it, 0.7 MB without."""
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path} is empty: a damaged Arrow cache; delete it and it is rebuilt from the Parquet")
-    with open(path, "rb") as f:
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-        mapped.madvise(mmap.MADV_RANDOM)
-    return pa.py_buffer(mapped)  # the buffer keeps the map alive as long as any table slice of it
+class _Mapping:
+    """A file memory-mapped read-only as one zero-copy Arrow buffer, advised ``MADV_RANDOM``: rows
+    are read in shuffled order, so the kernel's read-around (pages near each fault, which no one
+    reads) only inflates the resident set: 8 random rows of a 1M-row SFT set mapped 9.4 MB of the
+    file with it, 0.7 MB without. Whole-column scans ask for their own ranges ahead (``will_need``).
+    The buffer keeps the map alive as long as any table slice of it exists."""
+
+    def __init__(self, path: Path) -> None:
+        if path.stat().st_size == 0:
+            raise ValueError(f"{path} is empty: a damaged Arrow cache; delete it and it is rebuilt from the Parquet")
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._advise = hasattr(self._map, "madvise") and hasattr(mmap, "MADV_RANDOM") and hasattr(mmap, "MADV_WILLNEED")
+        if self._advise:
+            self._map.madvise(mmap.MADV_RANDOM)
+        self.buffer = pa.py_buffer(self._map)
+
+    def will_need(self, array: pa.Array) -> None:
+        """``MADV_WILLNEED`` over the mapped ranges of ``array``'s buffers (``buffers()`` lists the children's too)."""
+        if not self._advise:
+            return
+        base, size = self.buffer.address, self.buffer.size
+        for buf in (b for b in array.buffers() if b is not None):
+            start = buf.address - base
+            if buf.size and 0 <= start < size:
+                aligned = start - start % mmap.PAGESIZE
+                self._map.madvise(mmap.MADV_WILLNEED, aligned, min(buf.size + start - aligned, size - aligned))
+

@@ -61,3 +61,13 @@ def test_load_held_out_names_the_file_and_line(tmp_path):
         load_held_out([bad])
     with pytest.raises(ValueError, match="no such file"):
         load_held_out([tmp_path / "missing.jsonl"])
+
+
+def test_an_ngram_below_one_word_is_refused():
+    from training_assets.data_engine import CurationConfig
+    from training_assets.data_engine.decontam import build_index
+
+    with pytest.raises(ValueError, match="must be >= 1"):
+        build_index([], ngram=0)
+    with pytest.raises(ValueError, match="decontam_ngram .* must be >= 1"):
+        CurationConfig(decontam_ngram=0)

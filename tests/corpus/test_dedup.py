@@ -131,7 +131,8 @@ def test_chunked_pass_gives_the_one_buffer_features_and_roots(monkeypatch):
                                   K.exact_roots(data, offsets))
     rows = np.array([0, 2, 3, 7, 8, 9, 12], np.int64)
     matrix = np.arange(13 * 4).reshape(13, 4)
-    np.testing.assert_array_equal(module._keep_rows(matrix.copy(), rows, block=3), matrix[rows])
+    np.testing.assert_array_equal(module._keep_rows(matrix.copy(), rows, block=3), matrix[rows])  # in place
+    np.testing.assert_array_equal(module._keep_rows(matrix.copy(), rows[::3], block=3), matrix[rows[::3]])  # a copy
     chunked = dedup(records)
     kept = [r["id"] for r in chunked.kept]
     assert (kept, chunked.clusters, chunked.pairs, chunked.dropped) == (

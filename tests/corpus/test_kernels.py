@@ -169,3 +169,15 @@ def test_exact_roots_map_equal_bytes_to_the_first_occurrence_only():
 def test_pack_texts_gives_each_documents_utf8_bytes(docs):
     data, offsets = pack_texts(docs)
     assert [bytes(data[offsets[i]:offsets[i + 1]]) for i in range(len(docs))] == [d.encode() for d in docs]
+
+
+def test_the_unaligned_load_refuses_a_strided_or_wider_buffer():
+    """``content_hashes`` reads 8 bytes at a time from the buffer's own memory: a view with strides
+    (or of another dtype) is a typing error, not wrong bytes hashed."""
+    import numba
+
+    data, offsets = pack_texts(["abcdefgh" * 4, "xyz"])
+    with pytest.raises(numba.core.errors.TypingError, match="_load_u64"):
+        K.content_hashes(np.repeat(data, 2)[::2], offsets)
+    with pytest.raises(numba.core.errors.TypingError, match="_load_u64"):
+        K.content_hashes(data.astype(np.int16), offsets)

@@ -85,6 +85,9 @@ class CurationConfig:
     ray_partitions: int | None = None  # shuffle partitions (reduce tasks per stage); None: 2 x cluster CPUs
 
     def __post_init__(self) -> None:
+        if self.decontam_ngram < 1 or self.decontam_min_ngram < 1:
+            raise ValueError(f"decontam_ngram ({self.decontam_ngram}) and decontam_min_ngram "
+                             f"({self.decontam_min_ngram}) must be >= 1 (words per n-gram)")
         if self.engine not in ENGINES:
             raise ValueError(f"curation engine {self.engine!r} is not one of {ENGINES}")
         if self.ray_shard_docs < 1 or (self.ray_partitions is not None and self.ray_partitions < 1):

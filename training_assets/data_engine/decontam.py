@@ -91,6 +91,8 @@ class NgramIndex:
 
 def build_index(held_out: Iterable[HeldOutExample | dict[str, Any]], ngram: int = DEFAULT_NGRAM,
                 min_ngram: int = DEFAULT_MIN_NGRAM) -> NgramIndex:
+    if ngram < 1 or min_ngram < 1:
+        raise ValueError(f"decontamination n-grams must be >= 1 word: ngram={ngram}, min_ngram={min_ngram}")
     examples = _as_examples(held_out)
     texts = [normalize(e.text) for e in examples]
     lengths = [len(t.split()) for t in texts]

@@ -271,9 +271,12 @@ def streamed_minhash(texts: Sequence[str], params: DedupParams) -> tuple[np.ndar
 def _keep_rows(matrix: np.ndarray, rows: np.ndarray, block: int = 1 << 14) -> np.ndarray:
     """``matrix[rows]`` for increasing ``rows``, compacted in place block by block (a fancy-indexed
     copy of 10^6 signatures would fault in 512 MB of fresh pages): the rows written never pass
-    the rows still to be read."""
+    the rows still to be read. When fewer than half the rows are kept (a duplicate-heavy corpus),
+    a copy instead, so the dropped rows' memory is freed rather than held by a view."""
     if len(rows) == len(matrix):
         return matrix
+    if 2 * len(rows) < len(matrix):
+        return matrix[rows]
     for lo in range(0, len(rows), block):
         take = rows[lo:lo + block]
         matrix[lo:lo + len(take)] = matrix[take]
