@@ -115,6 +115,13 @@ class DatasetRows(Sequence):
         self._batches = table.to_batches()
         self._starts = np.cumsum([0] + [b.num_rows for b in self._batches], dtype=np.int64)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled by value (the table's buffers are copied; an mmap cannot be pickled)."""
+        return {"table": self.table, "source": self.source}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["table"], state["source"])
+
     def _will_scan(self, name: str) -> None:
         """Ask the kernel to read column ``name``'s buffers ahead (``MADV_WILLNEED``): the map is
         ``MADV_RANDOM`` for the shuffled row reads of training, under which a whole-column scan of a

@@ -97,6 +97,18 @@ def test_columns_come_back_as_numpy_without_python_lists(root):
         rows.list_lengths("labels")
 
 
+def test_sums_and_pickles_equal_the_list_loader(root):
+    import pickle
+
+    expected = load_sft_dataset(root)
+    rows = open_dataset_rows("sft_dataset", root)
+    assert rows.column_sum("n_tokens") == sum(r["n_tokens"] for r in expected)
+    assert rows.list_total("input_ids") == sum(len(r["input_ids"]) for r in expected)
+    assert rows[2:].list_total("input_ids") == sum(len(r["input_ids"]) for r in expected[2:])
+    copy = pickle.loads(pickle.dumps(rows[1:4]))  # by value: a memory map cannot be pickled
+    assert len(copy) == 3 and copy.take([0, 2]) == [expected[1], expected[3]]
+
+
 def test_arrow_cache_is_keyed_by_the_parquet_sha256_and_leaves_the_dataset_untouched(root):
     parquet = dataset_path("sft_dataset", root)
     before_sha, before_version = sha256_file(parquet), read_dataset_info("sft_dataset", root).data_version
