@@ -19,6 +19,56 @@ def data_root(tmp_path, monkeypatch):
 
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+
+
+def pg_connect(db: str = "postgres"):
+    import psycopg2
+
+    return psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=db, connect_timeout=3)
+
+
+def postgres_unavailable_reason() -> str | None:
+    try:
+        pg_connect().close()
+    except Exception as exc:  # any failure means: no server we can use
+        return (f"PostgreSQL not reachable at {PG_USER}@{PG_HOST}:{PG_PORT} ({exc.__class__.__name__}: "
+                f"{str(exc).strip()}); start it (.ci/run does) to run the production-path tests")
+    return None
+
+
+def _execute(statements: list[str]) -> None:
+    conn = pg_connect()
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_databases():
+    """``fresh(prefix, *suffixes)``: a context manager giving a new database name on the local
+    PostgreSQL (and one more per suffix, ``name + suffix``), all dropped on exit; the test skips,
+    saying why, when the server is not reachable."""
+    import uuid
+    from contextlib import contextmanager
+
+    @contextmanager
+    def fresh(prefix: str, *suffixes: str):
+        reason = postgres_unavailable_reason()
+        if reason:
+            print(f"SKIP: {reason}")
+            pytest.skip(reason)
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        names = [name, *(name + suffix for suffix in suffixes)]
+        _execute([f'CREATE DATABASE "{n}"' for n in names])
+        try:
+            yield name
+        finally:
+            _execute([f'DROP DATABASE IF EXISTS "{n}" WITH (FORCE)' for n in names])
+
+    return fresh
 
 
 @pytest.fixture(scope="session")

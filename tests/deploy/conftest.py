@@ -7,6 +7,7 @@ group under a hard deadline and is killed at the end, pass or fail. A fresh data
 created on the local PostgreSQL (127.0.0.1:5432, user postgres) and dropped afterwards.
 """
 
+import functools
 import os
 import shutil
 import signal
@@ -14,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,21 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pg_connect(db: str = "postgres"):
-    import psycopg2
-
-    return psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=db, connect_timeout=3)
-
-
-def postgres_unavailable_reason() -> str | None:
-    try:
-        pg_connect().close()
-    except Exception as exc:  # any failure means: no server we can use
-        return (f"PostgreSQL not reachable at {PG_USER}@{PG_HOST}:{PG_PORT} ({exc.__class__.__name__}: "
-                f"{str(exc).strip()}); start it (.ci/run does) to run the deployment tests")
-    return None
 
 
 class Proc:
@@ -234,31 +219,17 @@ class Stack:
         return not [r for r in self.runs() if r["status"] in busy]
 
 
-def _drop_database(name: str) -> None:
-    conn = pg_connect()
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
-
-
 @contextmanager
-def running_stack(tmp: Path, env: dict[str, str] | None = None, mlflow: bool = True,
+def running_stack(databases: Callable[..., Any], tmp: Path, env: dict[str, str] | None = None, mlflow: bool = True,
                   deadline_s: int = STACK_DEADLINE_S) -> Iterator[Stack]:
-    """A fresh database pair and the stack's processes (``env`` overrides the stack's environment;
-    ``mlflow=False``: no MLflow server, the code location uses its SQLite store under the data root)."""
-    reason = postgres_unavailable_reason()
-    if reason:
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    db = f"ta_deploy_{uuid.uuid4().hex[:10]}"
-    conn = pg_connect()
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{db}"')
-        cur.execute(f'CREATE DATABASE "{db}_mlflow"')
-    conn.close()
-    s = Stack(tmp, db, deadline_s)
+    """A fresh database pair (``databases``: the ``postgres_databases`` fixture) and the stack's
+    processes (``env`` overrides the stack's environment; ``mlflow=False``: no MLflow server, the
+    code location uses its SQLite store under the data root)."""
+    with databases("ta_deploy", "_mlflow") as db:
+        yield from _stack_processes(Stack(tmp, db, deadline_s), env, mlflow)
+
+
+def _stack_processes(s: Stack, env: dict[str, str] | None, mlflow: bool) -> Iterator[Stack]:
     s.env.update(env or {})
     if not mlflow:
         s.env.pop("MLFLOW_TRACKING_URI")
@@ -278,19 +249,18 @@ def running_stack(tmp: Path, env: dict[str, str] | None = None, mlflow: bool = T
         yield s
     finally:
         s.stop_all()
-        for name in (db, f"{db}_mlflow"):
-            _drop_database(name)
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory) -> Iterator[Stack]:
+def stack(tmp_path_factory, postgres_databases) -> Iterator[Stack]:
     # These tests launch runs by hand (sensor, backfills): the automation sensor stays stopped here;
     # test_automation.py starts a stack of its own with it running.
-    with running_stack(tmp_path_factory.mktemp("deploy"), {"TRAINING_ASSETS_AUTOMATION": "stopped"}) as s:
+    with running_stack(postgres_databases, tmp_path_factory.mktemp("deploy"),
+                       {"TRAINING_ASSETS_AUTOMATION": "stopped"}) as s:
         yield s
 
 
 @pytest.fixture(scope="session")
-def make_stack() -> Callable[..., Any]:
+def make_stack(postgres_databases) -> Callable[..., Any]:
     """``running_stack`` for a module that needs a stack of its own (its own database and data root)."""
-    return running_stack
+    return functools.partial(running_stack, postgres_databases)

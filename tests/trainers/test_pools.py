@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -51,38 +50,17 @@ def test_every_checkpoint_asset_is_in_the_training_pool():
         assert getattr(training_assets, name).op.pool == TRAINING_POOL, name
 
 
-def _pg(db: str = "postgres"):
-    import psycopg2
-
-    return psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=db, connect_timeout=3)
-
-
 @pytest.fixture
-def production_home(tmp_path, monkeypatch):
+def production_home(tmp_path, monkeypatch, postgres_databases):
     """``deploy/dagster.yaml`` on a fresh database of the local PostgreSQL, dropped afterwards."""
-    try:
-        _pg().close()
-    except Exception as exc:  # no server we can use
-        reason = f"PostgreSQL not reachable at postgres@127.0.0.1:5432 ({exc.__class__.__name__}); start it (.ci/run does)"
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    db = f"ta_pools_{uuid.uuid4().hex[:10]}"
-    conn = _pg()
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{db}"')
-    shutil.copyfile(REPO / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
-    env = {"DAGSTER_HOME": str(tmp_path), "DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": "5432",
-           "DAGSTER_PG_DB": db, "DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "",
-           "DAGSTER_DEQUEUE_INTERVAL_SECONDS": "1", "DAGSTER_STORAGE_DIR": str(tmp_path / "storage")}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    try:
+    with postgres_databases("ta_pools") as db:
+        shutil.copyfile(REPO / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+        env = {"DAGSTER_HOME": str(tmp_path), "DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": "5432",
+               "DAGSTER_PG_DB": db, "DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "",
+               "DAGSTER_DEQUEUE_INTERVAL_SECONDS": "1", "DAGSTER_STORAGE_DIR": str(tmp_path / "storage")}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
         yield tmp_path
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        conn.close()
 
 
 @pytest.mark.postgres
