@@ -12,6 +12,7 @@ under it, named after its asset key, so a stage never writes into another's fold
       batches/by_sha256/<sha256>    the batch id that first staged those bytes
       raw_traces/<batch_id>/        traces.parquet + quarantine.jsonl + partition.json per partition
       <asset_key>/...               everything downstream
+      slots/<pool>.<i>.lock         the training pool's slots, held while a step trains (``slots``)
 """
 
 from __future__ import annotations
@@ -46,3 +47,7 @@ def asset_dir(asset_key: str, root: str | os.PathLike[str] | None = None) -> Pat
     if not asset_key or "/" in asset_key or asset_key.startswith("."):
         raise ValueError(f"asset key {asset_key!r} is not a plain folder name")
     return data_root(root) / asset_key
+
+
+def slots_dir(root: str | os.PathLike[str] | None = None) -> Path:
+    return data_root(root) / "slots"

@@ -1,6 +1,6 @@
 """The production stack without containers: Postgres-backed Dagster (code server, webserver,
-daemon) and an MLflow server, all bound to 127.0.0.1 on free ports, using deploy/dagster.yaml
-and deploy/workspace.yaml exactly as the compose file does.
+daemon) and an MLflow server, all bound to 127.0.0.1 on free ports, using deploy/dagster.yaml (its
+run-monitoring timeouts shortened) and deploy/workspace.yaml as the compose file does.
 
 One stack per test session (starting it costs ~20 s); every process runs in its own process
 group under a hard deadline and is killed at the end, pass or fail. A fresh database per run is
@@ -9,7 +9,6 @@ created on the local PostgreSQL (127.0.0.1:5432, user postgres) and dropped afte
 
 import functools
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +27,22 @@ BIN = Path(sys.executable).parent
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
 STACK_DEADLINE_S = 900  # no process of the stack outlives this, even if teardown never runs
 LOCATION = "training_assets"
+
+
+# run_monitoring timings of deploy/dagster.yaml, shortened for the tests: a run the killed daemon had
+# dequeued but not started sits in STARTING until monitoring fails it (then run_retries relaunches it).
+# Production waits 300 s for a slow container start, polling every 30 s; here a start takes seconds,
+# and the daemon-crash tests waited up to 330 s whenever the SIGKILL fell between dequeue and launch.
+TEST_RUN_MONITORING = {"start_timeout_seconds": 60, "poll_interval_seconds": 5}
+
+
+def write_instance_config(path: Path) -> None:
+    """deploy/dagster.yaml as the compose file uses it, with ``TEST_RUN_MONITORING``'s timings."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+    config["run_monitoring"].update(TEST_RUN_MONITORING)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def free_port() -> int:
@@ -90,7 +105,7 @@ class Stack:
         self.logs = tmp / "logs"
         for d in (self.data, self.inbox, self.home, self.logs, tmp / "storage", tmp / "mlartifacts"):
             d.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / "deploy" / "dagster.yaml", self.home / "dagster.yaml")
+        write_instance_config(self.home / "dagster.yaml")
         self.code_port, self.web_port, self.mlflow_port = free_port(), free_port(), free_port()
         self.web_url = f"http://127.0.0.1:{self.web_port}"
         self.mlflow_url = f"http://127.0.0.1:{self.mlflow_port}"

@@ -1,4 +1,4 @@
-"""Checkpoint assets: Dagster Pipes run of base_checkpoint, the whole chain through ``run_training``."""
+"""Checkpoint assets: Dagster Pipes and in-process runs of base_checkpoint, the whole chain through ``run_training``."""
 
 import pytest
 
@@ -41,9 +41,11 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
     from training_assets.defs.training.assets import base_checkpoint
 
     result = dg.materialize([base_checkpoint], resources={"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()},
-                            run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 3, "batch_size": 4}}}})
+                            run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 3, "batch_size": 4,
+                                                                                "launcher": "subprocess"}}}})
     assert result.success
     meta = result.asset_materializations_for_node("base_checkpoint")[0].metadata
+    assert meta["launcher"].value == "subprocess"
     assert meta["steps"].value == 3 and meta["loss_curve"].value.startswith("![loss curve](data:image/png;base64,")
     for key in ("plan", "final_loss", "tokens_per_s", "peak_rss_mb", "tracker_run_id", "checkpoint_uri"):
         assert key in meta
@@ -80,7 +82,8 @@ def test_the_pipes_result_is_what_the_manifest_is_written_from(upstream, monkeyp
 
     monkeypatch.setattr(dg.PipesClientCompletedInvocation, "get_custom_messages", spy)
     resources = {"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking(tracking_uri="")}
-    config = {"ops": {"base_checkpoint": {"config": {"max_steps": 1, "batch_size": 4, "tracker": "none"}}}}
+    config = {"ops": {"base_checkpoint": {"config": {"max_steps": 1, "batch_size": 4, "tracker": "none",
+                                                     "launcher": "subprocess"}}}}
     assert dg.materialize([assets.base_checkpoint], resources=resources, run_config=config).success
     [[message]] = seen
     manifest = read_manifest(upstream, "base_checkpoint")
@@ -90,10 +93,56 @@ def test_the_pipes_result_is_what_the_manifest_is_written_from(upstream, monkeyp
     monkeypatch.setattr(assets, "RESULT_MESSAGE", "something_else")  # the subprocess still sends "training_result"
     failed = dg.materialize([assets.base_checkpoint], resources=resources, raise_on_error=False,
                             run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 2, "batch_size": 4,
-                                                                                "tracker": "none"}}}})
+                                                                                "tracker": "none", "launcher": "subprocess"}}}})
     assert not failed.success
     assert "without reporting a training result through Pipes" in failed.get_step_failure_events()[0].step_failure_data.error.message
     assert read_manifest(upstream, "base_checkpoint") == manifest  # nothing written from a run that reported nothing
+
+
+def test_on_one_cpu_process_auto_trains_in_the_runs_process_as_a_subprocess_would(upstream):
+    """``launcher: auto`` on CPU trains in the run's process: the same losses and weights as the Pipes
+    subprocess, the step lines in the run log, the process's torch thread count left as it was."""
+    import dagster as dg
+    import torch
+    from safetensors.torch import load_file
+
+    from training_assets.defs.resources import DataRoot, MlflowTracking
+    from training_assets.defs.training.assets import base_checkpoint
+
+    resources = {"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()}
+    outcomes = {}
+    threads = torch.get_num_threads()
+    instance = dg.DagsterInstance.ephemeral()
+    for launcher in ("auto", "subprocess"):
+        config = {"max_steps": 2, "batch_size": 4, "tracker": "none", "launcher": launcher, "seed": 3}
+        result = dg.materialize([base_checkpoint], resources=resources, instance=instance,
+                                run_config={"ops": {"base_checkpoint": {"config": config}}})
+        assert result.success
+        meta = result.asset_materializations_for_node("base_checkpoint")[0].metadata
+        manifest = read_manifest(upstream, "base_checkpoint")
+        logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
+        outcomes[launcher] = (meta["launcher"].value, manifest.train.losses,
+                              load_file(f"{manifest.checkpoint_dir}/model.safetensors"), logs)
+    assert outcomes["auto"][0] == "in_process" and outcomes["subprocess"][0] == "subprocess"
+    assert outcomes["auto"][1] == outcomes["subprocess"][1]
+    assert all(torch.equal(outcomes["auto"][2][k], v) for k, v in outcomes["subprocess"][2].items())
+    assert any(m.startswith("step 2 loss ") for m in outcomes["auto"][3])  # the loop's lines, as Pipes forwards them
+    assert torch.get_num_threads() == threads  # DEMO trains on one thread; the run's process keeps its own count
+
+
+def test_in_process_launcher_refuses_several_processes(upstream):
+    import dagster as dg
+
+    from training_assets.defs.resources import DataRoot, MlflowTracking
+    from training_assets.defs.training.assets import base_checkpoint
+
+    config = {"max_steps": 1, "batch_size": 4, "tracker": "none", "launcher": "in_process", "num_processes": 2}
+    result = dg.materialize([base_checkpoint], raise_on_error=False,
+                            resources={"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()},
+                            run_config={"ops": {"base_checkpoint": {"config": config}}})
+    assert not result.success
+    message = result.get_step_failure_events()[0].step_failure_data.error.message
+    assert "launcher='in_process' trains one process; num_processes=2" in message
 
 
 def _train(asset, root, **overrides):

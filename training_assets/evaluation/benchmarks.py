@@ -61,6 +61,29 @@ def uniform_bits_per_byte(task_config: Mapping[str, Any], tokenizer: Any, limit:
     return n_tokens * math.log2(len(tokenizer)) / n_bytes
 
 
+def _load_tasks(manager: Any, specs: list[Any], seed: int = 0) -> dict[str, Any]:
+    """The task dict ``lm_eval.evaluate`` takes, set up as ``simple_evaluate`` sets it up (seeds, zero-shot
+    unless a task says otherwise, the few-shot sampler's seed).
+
+    ``simple_evaluate`` then also records the environment for its results (``add_env_info``: torch's
+    ``collect_env`` runs ``pip list`` and other probes, ~0.8 s of CPU per call here), which we never read.
+    """
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    loaded = manager.load(specs)
+    for task in loaded["tasks"].values():
+        if task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=seed)
+    return loaded
+
+
 def evaluate_benchmarks(model_path: str | os.PathLike[str], tasks: Sequence[str] = DEFAULT_BENCHMARKS,
                         limit: int | None = None, batch_size: int = 32,
                         loaded: tuple[Any, Any] | None = None, device: str = "auto", dtype: str = "auto") -> dict[str, Any]:
@@ -92,9 +115,8 @@ def evaluate_benchmarks(model_path: str | os.PathLike[str], tasks: Sequence[str]
         model, tokenizer = loaded
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device),
               max_length=getattr(model.config, "max_position_embeddings", None))
-    out = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit,
-                                  log_samples=False, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
-                                  fewshot_random_seed=0, bootstrap_iters=0)
+    out = lm_eval.evaluate(lm=lm, task_dict=_load_tasks(manager, specs), limit=limit, bootstrap_iters=0,
+                           log_samples=False, fewshot_as_multiturn=True)
     results: dict[str, dict[str, float]] = {}
     for task, metrics in out["results"].items():
         results[task] = {k.split(",")[0]: float(v) for k, v in metrics.items()

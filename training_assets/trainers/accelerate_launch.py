@@ -89,14 +89,12 @@ def make_accelerator(config: Any) -> Any:
 def run_job(job: dict[str, Any], log_fn: Any = None) -> dict[str, Any]:
     """Train per the job spec; returns (and on rank 0 writes, if the spec names a file) the result dict."""
     from training_assets.trainers import TrainConfig, get_trainer
+    from training_assets.trainers.loop import step_logger
     from training_assets.trainers.plan import Plan
 
     config = TrainConfig.from_dict(job["config"])
     accelerator = make_accelerator(config)
-    callbacks = ()
-    if log_fn is not None:
-        callbacks = (lambda step, m: log_fn(f"step {step} loss {m['loss']:.4f} lr {m['lr']:.2e} "
-                                            f"{m['tokens_per_s']:.0f} tok/s eta {m['eta_s']:.0f}s"),)
+    callbacks = (step_logger(log_fn),) if log_fn is not None else ()
     trainer = get_trainer(job["kind"], config, accelerator=accelerator, callbacks=callbacks)
     plan = Plan.from_dict(job["plan"]) if job.get("plan") else None
     payload = trainer.train(load_examples(job["examples"]), plan=plan).to_dict()

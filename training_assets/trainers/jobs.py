@@ -144,18 +144,21 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
 
     ``rows``: the examples, when the job has no source to load them from; ``model``/``tokenizer``:
     injected (in-process only). ``launcher``: run the training in another process (Pipes,
-    torchrun, accelerate launch); required for ``num_processes > 1``.
+    torchrun, accelerate launch); required for ``num_processes > 1``. ``log``: the plan line and,
+    training in this process, one line per logged step (a launched run logs through its launcher).
     """
     from training_assets.trainers import get_trainer
     from training_assets.trainers.accelerate_launch import load_examples, write_job
     from training_assets.trainers.base import as_examples
+    from training_assets.trainers.loop import step_logger
 
     if rows is None:
         if not job.examples:
             raise ValueError(f"{job.asset}: the job names no examples; pass rows=")
         rows = load_examples(job.examples)
     rows = as_examples(rows)  # a mapped dataset stays mapped: plan and train read its columns and micro-batches
-    trainer = get_trainer(job.kind, job.config, model=model, tokenizer=tokenizer)
+    callbacks = (step_logger(log),) if log is not None and launcher is None else ()
+    trainer = get_trainer(job.kind, job.config, model=model, tokenizer=tokenizer, callbacks=callbacks)
     plan = trainer.plan(rows, world_size=num_processes)
     run = TrainingRun(job, plan)
     if not execute:
@@ -176,7 +179,7 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
 
         run.result = dict(launcher(build_launch_command(
             "training_assets.trainers.accelerate_launch", spec, distributed=job.config.distributed,
-            num_processes=num_processes, cpu=not _has_cuda(), python=sys.executable)))
+            num_processes=num_processes, cpu=not has_cuda(), python=sys.executable)))
     run.manifest = trained_manifest(job.asset, run.result, job.config.to_dict(), job.data_versions, job.examples,
                                     dagster_run_id)
     # Older run folders stay: a registry version, a manifest or a queued run may still use one;
@@ -185,7 +188,7 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
     return run
 
 
-def _has_cuda() -> bool:
+def has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()

@@ -61,6 +61,15 @@ class LoopResult:
         return asdict(self)
 
 
+def step_logger(log_fn: Callable[[str], None]) -> StepCallback:
+    """A ``run_loop`` callback writing one line per logged step to ``log_fn`` (a Dagster or Pipes logger)."""
+
+    def log_step(step: int, m: dict[str, float]) -> None:
+        log_fn(f"step {step} loss {m['loss']:.4f} lr {m['lr']:.2e} {m['tokens_per_s']:.0f} tok/s eta {m['eta_s']:.0f}s")
+
+    return log_step
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -166,10 +175,23 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
     None costs nothing.
     """
     import torch
-    from transformers import get_scheduler
 
+    threads = torch.get_num_threads()
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)
+    try:  # a run trained in a long-lived process (a Dagster run's) leaves its thread count as it found it
+        return _run_loop(model, n_examples, collate, loss_fn, config, accelerator, callbacks, planned_steps, shuffle,
+                         on_policy_update)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, config: TrainConfig, accelerator: Any,
+              callbacks: Sequence[StepCallback], planned_steps: int | None, shuffle: bool,
+              on_policy_update: PolicyHook | None) -> LoopResult:
+    import torch
+    from transformers import get_scheduler
+
     torch.manual_seed(config.seed)
     world = accelerator.num_processes if accelerator is not None else 1
     rank = accelerator.process_index if accelerator is not None else 0

@@ -1,9 +1,13 @@
-"""Checkpoint assets: each trains in a subprocess (Dagster Pipes) through ``trainers.jobs.run_training``.
+"""Checkpoint assets: each trains through ``trainers.jobs.run_training``, in a subprocess (Dagster Pipes) or in the run's process.
 
 ``run_training`` plans once in the asset's process (the plan goes into the job spec and the run
-log), launches ``trainers.accelerate_launch`` on the job spec — with ``num_processes > 1`` under
+log). With a GPU, several processes or a distributed mode (``launcher: auto``, or ``subprocess``)
+it launches ``trainers.accelerate_launch`` on the job spec — with ``num_processes > 1`` under
 ``torchrun`` (CPU, gloo) or ``accelerate launch`` (GPU), the asset code does not change — and the
-subprocess reports its result as a Pipes custom message, from which the manifest is written. Every
+subprocess reports its result as a Pipes custom message, from which the manifest is written. One
+CPU process (the embedded default) trains in the run's own process: a new interpreter spent ~5 s
+importing torch, transformers and MLflow and opening the tracking store for a demo training of
+0.4 s, which the run's process, already holding them for the evaluations, pays once. Every
 training step is in the ``training`` pool (dagster.yaml: one step of the pool at a time, across
 runs) and runs when the retraining policy of ``defs/automation.py`` says so. Metadata: plan, steps,
 final loss, tokens/s, peak memory, the tracker run, the checkpoint URI and a loss-curve plot.
@@ -12,17 +16,21 @@ their blocking gates stop what comes after a checkpoint that fails.
 """
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from training_assets import launch, tracking
+from training_assets import launch, paths, tracking
 from training_assets.defs.automation import POLICY, TRAINING_POOL, base_model_condition, training_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.defs.training.config import TRAIN_FIELDS, DpoOptions, GrpoOptions, nested, overrides, training_config
 from training_assets.trainers import jobs
 from training_assets.trainers.accelerate_launch import RESULT_MESSAGE
+from training_assets.slots import hold_slot
 from training_assets.trainers.manifest import CheckpointManifest
 
 TRAINING_CODE_VERSION = "trainers-2"  # nested DPO/GRPO specs, constant lr by default, one run_training path
@@ -58,20 +66,58 @@ def _pipes_launcher(context: dg.AssetExecutionContext) -> jobs.Launcher:
     return run
 
 
+def pool_limit(instance: dg.DagsterInstance, pool: str = TRAINING_POOL) -> int | None:
+    """The pool's slot count on ``instance`` (its own limit, else dagster.yaml's default_limit); None: unlimited."""
+    limits = {p.name: p.limit for p in instance.event_log_storage.get_pool_limits()}
+    return limits.get(pool, instance.get_concurrency_config().pool_config.default_pool_limit)
+
+
+@contextmanager
+def training_slot(context: dg.AssetExecutionContext, root: Path) -> Iterator[None]:
+    """One of the training pool's slots on the data root while the step trains (``training_assets.slots``).
+
+    Dagster's pool queues the step and shows it in the UI, but two steps claiming at the same
+    moment can both get its one slot (see ``slots``): this lock makes the limit hold.
+    """
+    limit = pool_limit(context.instance)
+    if limit is None:
+        yield
+        return
+    with hold_slot(paths.slots_dir(root), TRAINING_POOL, limit, on_wait=context.log.info):
+        yield
+
+
+def launch_mode(config: dg.Config, job: jobs.TrainingJob) -> str:
+    """``subprocess`` or ``in_process`` for the config's ``launcher`` (``auto``: a subprocess when one
+    process on the CPU is not enough); an in-process launch that cannot train the job is refused."""
+    needs_processes = config.num_processes > 1 or job.config.distributed != "none"
+    if config.launcher == "auto":
+        return "subprocess" if needs_processes or jobs.has_cuda() else "in_process"
+    if config.launcher == "in_process" and needs_processes:
+        raise dg.Failure(description=f"{job.asset}: launcher='in_process' trains one process; num_processes="
+                                     f"{config.num_processes}, distributed={job.config.distributed!r} need "
+                                     "launcher='subprocess' (or 'auto')")
+    return config.launcher
+
+
 def _train(context: dg.AssetExecutionContext, asset_key: str, config: dg.Config, data_root: DataRoot,
            mlflow: MlflowTracking) -> dg.MaterializeResult:
     root = data_root.root()
     job = jobs.prepare_job(asset_key, root, overrides(config), tracking_uri=mlflow.uri(root),
                            tags={"dagster_run_id": context.run_id, "asset": asset_key},
                            limit=config.limit_examples or None)
-    run = jobs.run_training(job, num_processes=config.num_processes, launcher=_pipes_launcher(context),
-                            dagster_run_id=context.run_id, log=context.log.info)
-    return _result(run.manifest)
+    mode = launch_mode(config, job)
+    with training_slot(context, root):
+        run = jobs.run_training(job, num_processes=config.num_processes,
+                                launcher=_pipes_launcher(context) if mode == "subprocess" else None,
+                                dagster_run_id=context.run_id, log=context.log.info)
+    return _result(run.manifest, launcher=mode)
 
 
-def _result(manifest: CheckpointManifest) -> dg.MaterializeResult:
+def _result(manifest: CheckpointManifest, **extra: str) -> dg.MaterializeResult:
     train = manifest.train
     metadata = {
+        **extra,
         "kind": manifest.kind,
         "checkpoint_uri": dg.MetadataValue.path(manifest.checkpoint_dir),
         "data_versions": dg.MetadataValue.json(manifest.data_versions),
@@ -136,6 +182,7 @@ class MergeConfig(dg.Config):
 @dg.asset(deps=["dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report", "grpo_eval_report"], **_COMMON)
 def merged_adapter(context: dg.AssetExecutionContext, config: MergeConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """TIES merge (trim, elect sign, disjoint mean) of the DPO and GRPO LoRA adapters."""
-    manifest = jobs.merge_job(data_root.root(), weights=[config.dpo_weight, config.grpo_weight], density=config.density,
-                              dagster_run_id=context.run_id)
+    with training_slot(context, data_root.root()):
+        manifest = jobs.merge_job(data_root.root(), weights=[config.dpo_weight, config.grpo_weight],
+                                  density=config.density, dagster_run_id=context.run_id)
     return _result(manifest)

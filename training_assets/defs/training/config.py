@@ -8,7 +8,7 @@ fields an asset lets users set are exposed; ``overrides`` turns a config back in
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import pydantic
@@ -45,7 +45,7 @@ def nested(config_class: type[dg.Config], description: str) -> tuple[type, Any]:
 
 
 def _asset_fields(defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """The asset's own knobs: LoRA from rank/alpha (rank 0 = full weights), processes, an example limit."""
+    """The asset's own knobs: LoRA from rank/alpha (rank 0 = full weights), processes and launcher, an example limit."""
     lora = LoraSpec.model_fields
     return {
         "lora_r": (int, Field(defaults.get("lora_r", 0), ge=0,
@@ -53,12 +53,18 @@ def _asset_fields(defaults: Mapping[str, Any]) -> dict[str, Any]:
         "lora_alpha": (int, Field(defaults.get("lora_alpha", 16), gt=0, description=lora["alpha"].description)),
         "num_processes": (int, Field(defaults.get("num_processes", 1), ge=1,
                                      description="Processes to launch (torchrun on CPU, accelerate launch on GPU).")),
+        "launcher": (Literal["auto", "subprocess", "in_process"],
+                     Field(defaults.get("launcher", "auto"),
+                           description="Where the training runs: 'subprocess' (Dagster Pipes; torchrun / accelerate launch "
+                                       "for several processes), 'in_process' (in the run's own process: no start-up cost, "
+                                       "one CPU process only), or 'auto': a subprocess with CUDA, several processes or "
+                                       "a distributed mode, else in the run's process.")),
         "limit_examples": (int, Field(defaults.get("limit_examples", 0), ge=0,
                                       description="Train on the first N examples only (0 = all).")),
     }
 
 
-ASSET_ONLY = ("lora_r", "lora_alpha", "num_processes", "limit_examples")
+ASSET_ONLY = ("lora_r", "lora_alpha", "num_processes", "launcher", "limit_examples")
 
 
 def training_config(name: str, defaults: Mapping[str, Any], fields: Sequence[str] = TRAIN_FIELDS,
