@@ -33,16 +33,21 @@ def test_asset_graph_deps_and_tags():
     assert training_job.name == "training_job" and "training_assets/resource" not in training_job.tags
 
 
-def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
+def test_base_checkpoint_trains_in_a_pipes_subprocess_and_in_the_runs_process_alike(upstream, write_upstream, tmp_path):
+    """``launcher: subprocess`` trains through Pipes; ``auto`` on one CPU process trains in the run's
+    process: the same losses and weights from the same inputs (a second data root, so neither resumes
+    the other's run), the step lines in the run log, the process's torch thread count left as it was."""
     import dagster as dg
+    import torch
+    from safetensors.torch import load_file
 
     from training_assets import tracking
     from training_assets.defs.resources import DataRoot, MlflowTracking
     from training_assets.defs.training.assets import base_checkpoint
 
+    config = {"max_steps": 3, "batch_size": 4}
     result = dg.materialize([base_checkpoint], resources={"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()},
-                            run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 3, "batch_size": 4,
-                                                                                "launcher": "subprocess"}}}})
+                            run_config={"ops": {"base_checkpoint": {"config": {**config, "launcher": "subprocess"}}}})
     assert result.success
     meta = result.asset_materializations_for_node("base_checkpoint")[0].metadata
     assert meta["launcher"].value == "subprocess"
@@ -51,7 +56,7 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
         assert key in meta
     manifest = read_manifest(upstream, "base_checkpoint")
     assert manifest.dagster_run_id == result.run_id and manifest.kind == "full" and manifest.tracker == "mlflow"
-    assert manifest.train.losses and manifest.plan["planned_steps"] == 3
+    assert manifest.train.losses and manifest.plan["planned_steps"] == 3 and manifest.train.resumed_from is None
     # MLflow, embedded default: a SQLite store under the data root
     assert manifest.tracking_uri == tracking.default_tracking_uri(upstream) == f"sqlite:///{upstream / 'mlflow' / 'mlflow.db'}"
     run = tracking.run_summary(manifest.tracking_uri, manifest.tracker_run_id)
@@ -63,6 +68,23 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess(upstream):
     assert list((upstream / "mlflow" / "artifacts").rglob("loss_curve.png"))
     model, tok = load_checkpoint(upstream / "base_checkpoint")
     assert model.config.vocab_size == len(tok)
+
+    second = write_upstream(tmp_path / "second")
+    threads = torch.get_num_threads()
+    instance = dg.DagsterInstance.ephemeral()
+    in_process = dg.materialize([base_checkpoint], instance=instance,
+                                resources={"data_root": DataRoot(path=str(second)), "mlflow": MlflowTracking()},
+                                run_config={"ops": {"base_checkpoint": {"config": config}}})
+    assert in_process.success
+    assert in_process.asset_materializations_for_node("base_checkpoint")[0].metadata["launcher"].value == "in_process"
+    again = read_manifest(second, "base_checkpoint")
+    assert again.train.resumed_from is None and again.train.losses == manifest.train.losses
+    weights, reference = (load_file(f"{m.checkpoint_dir}/model.safetensors") for m in (again, manifest))
+    assert weights.keys() == reference.keys() and all(torch.equal(weights[k], v) for k, v in reference.items())
+    assert again.data_version == manifest.data_version  # the same bytes, whichever launcher wrote them
+    lines = [entry.user_message for entry in instance.all_logs(in_process.run_id)]
+    assert any(m.startswith("step 3 loss ") for m in lines)  # the loop's lines, as Pipes forwards them
+    assert torch.get_num_threads() == threads  # DEMO trains on one thread; the run's process keeps its own count
 
 
 def test_the_pipes_result_is_what_the_manifest_is_written_from(upstream, monkeypatch):
@@ -97,37 +119,6 @@ def test_the_pipes_result_is_what_the_manifest_is_written_from(upstream, monkeyp
     assert not failed.success
     assert "without reporting a training result through Pipes" in failed.get_step_failure_events()[0].step_failure_data.error.message
     assert read_manifest(upstream, "base_checkpoint") == manifest  # nothing written from a run that reported nothing
-
-
-def test_on_one_cpu_process_auto_trains_in_the_runs_process_as_a_subprocess_would(upstream):
-    """``launcher: auto`` on CPU trains in the run's process: the same losses and weights as the Pipes
-    subprocess, the step lines in the run log, the process's torch thread count left as it was."""
-    import dagster as dg
-    import torch
-    from safetensors.torch import load_file
-
-    from training_assets.defs.resources import DataRoot, MlflowTracking
-    from training_assets.defs.training.assets import base_checkpoint
-
-    resources = {"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()}
-    outcomes = {}
-    threads = torch.get_num_threads()
-    instance = dg.DagsterInstance.ephemeral()
-    for launcher in ("auto", "subprocess"):
-        config = {"max_steps": 2, "batch_size": 4, "tracker": "none", "launcher": launcher, "seed": 3}
-        result = dg.materialize([base_checkpoint], resources=resources, instance=instance,
-                                run_config={"ops": {"base_checkpoint": {"config": config}}})
-        assert result.success
-        meta = result.asset_materializations_for_node("base_checkpoint")[0].metadata
-        manifest = read_manifest(upstream, "base_checkpoint")
-        logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
-        outcomes[launcher] = (meta["launcher"].value, manifest.train.losses,
-                              load_file(f"{manifest.checkpoint_dir}/model.safetensors"), logs)
-    assert outcomes["auto"][0] == "in_process" and outcomes["subprocess"][0] == "subprocess"
-    assert outcomes["auto"][1] == outcomes["subprocess"][1]
-    assert all(torch.equal(outcomes["auto"][2][k], v) for k, v in outcomes["subprocess"][2].items())
-    assert any(m.startswith("step 2 loss ") for m in outcomes["auto"][3])  # the loop's lines, as Pipes forwards them
-    assert torch.get_num_threads() == threads  # DEMO trains on one thread; the run's process keeps its own count
 
 
 def test_in_process_launcher_refuses_several_processes(upstream):
