@@ -26,9 +26,11 @@ export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
 .PHONY: setup demo test ui bench clean-data
 
-$(STAMP): pyproject.toml
+# uv installs what pip would resolve here, ~5x faster (deploy/venv_install.py hands it pip's index
+# settings: this machine's CPU torch wheel is found through them); pip installs if uv fails.
+$(STAMP): pyproject.toml deploy/venv_install.py
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(BIN)/python deploy/venv_install.py -e '.[$(EXTRAS)]'
 	@$(BIN)/python -W ignore -c "import dagster, dagster_postgres; assert dagster_postgres.__version__.startswith('0.29'), dagster_postgres.__version__"
 	@touch $(STAMP)
 
