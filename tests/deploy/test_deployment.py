@@ -134,7 +134,7 @@ def test_lineage_upstream_and_downstream_keys(stack):
 
 
 def test_daemon_crash_mid_stream_loses_and_repeats_no_batch(stack):
-    n = 10  # five before the crash, five after: each run is a subprocess, so more batches add minutes, not proof
+    n = 6  # three before the crash, three after: each run is a subprocess (~3 s of CPU), so more batches add time, not proof
     batches = tiny_batches(n)
     names = [f"stream-{i:02d}.jsonl" for i in range(n)]
     dropped: list[str] = []

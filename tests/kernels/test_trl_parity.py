@@ -25,9 +25,9 @@ import torch.nn.functional as F
 
 from training_assets.trainers import objectives
 
+# TRL's trainer modules are imported by the tests that call them (~5 s: transformers' processing
+# stack), not at collection, which every test worker pays.
 trl = pytest.importorskip("trl")
-from trl.trainer.dpo_trainer import DPOTrainer  # noqa: E402
-from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: E402
 
 BACKENDS = ["torch", "numba"]
 
@@ -77,6 +77,8 @@ def _trl_dpo(token_logps, completion_mask, ref_chosen, ref_rejected, beta, loss_
     )
     inputs = {"input_ids": torch.zeros_like(completion_mask), "attention_mask": torch.ones_like(completion_mask),
               "completion_mask": completion_mask, "ref_chosen_logps": ref_chosen, "ref_rejected_logps": ref_rejected}
+    from trl.trainer.dpo_trainer import DPOTrainer
+
     return DPOTrainer._compute_loss(trainer, model, inputs, return_outputs=False)
 
 
@@ -139,6 +141,8 @@ def _trl_grpo(logps, old_logps, ref_logps, advantages, mask, beta, eps_low, eps_
               "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
               "advantages": advantages, "old_per_token_logps": old_logps, "ref_per_token_logps": ref_logps,
               "num_items_in_batch": mask.sum()}
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
     return GRPOTrainer._compute_loss(trainer, None, inputs)
 
 

@@ -1,8 +1,10 @@
 """Same inputs and config give byte-identical adapters and the same data version, in any process.
 
-Each training runs in a fresh process with its own ``PYTHONHASHSEED`` (as each Dagster run's
-Pipes subprocess does), so nothing may depend on the per-process string-hash salt, on RNG state
-left by earlier code, or on whether the run was trained now or found finished.
+Each training runs in a fresh process with its own ``PYTHONHASHSEED`` (as each Dagster run worker,
+and a Pipes subprocess, has its own), so nothing may depend on the per-process string-hash salt, on
+RNG state left by earlier code (two jobs in one process, in the other order: as a run's process
+trains sft, dpo and grpo one after another), or on whether the run was trained now or found
+finished (re-materialised in this process).
 """
 
 import json
@@ -54,7 +56,7 @@ def _files(folder):
 def two_processes(tmp_path_factory, write_upstream):
     """dpo/grpo trained fresh in their own processes; then, in one other process with another hash salt,
     trained fresh again in separate output dirs (in the opposite order); and re-materialised on the same
-    data root (a finished run, found and resumed)."""
+    data root in this process (a finished run, found and resumed)."""
     root = write_upstream(tmp_path_factory.mktemp("data"))
     for asset, overrides in (("base_checkpoint", {"max_steps": 1, "batch_size": 4}),
                              ("sft_checkpoint", {"max_steps": 1, "batch_size": 2, "packing": True})):
@@ -76,8 +78,7 @@ def two_processes(tmp_path_factory, write_upstream):
     # the other order too: no job may start from RNG state that an earlier job in the process left behind
     _run_in_fresh_process([out / "job.json" for out, _ in reversed(elsewhere.values())], SECOND_SALT)
     results = {a: (json.loads((out / "result.json").read_text()), versions) for a, (out, versions) in elsewhere.items()}
-    again = {a: jobs.run_training(jobs.prepare_job(a, root, o), launcher=fresh_process(SECOND_SALT)).manifest
-             for a, o in ADAPTERS.items()}
+    again = {a: jobs.run_training(jobs.prepare_job(a, root, o)).manifest for a, o in ADAPTERS.items()}
     return {"first": first_manifests, "first_files": first_files, "first_merged": first_merged, "elsewhere": results,
             "again": again, "again_merged": jobs.merge_job(root)}
 
