@@ -133,3 +133,111 @@ def test_completion_logps_equal_full_logits_gather():
         part = completion_logps(model, ids, attn, pos, P)
     assert part.shape == (3, 5)
     torch.testing.assert_close(part, full, rtol=1e-6, atol=1e-6)
+
+
+def _tiny(model_type, vocab=64, seed=0, kv_heads=None, lora=False):
+    """A random-init Qwen2 / Llama (``kv_heads`` < heads: grouped-query attention), optionally LoRA-wrapped
+    with non-zero B matrices (a fresh adapter's B is zero: its delta would vanish)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training_assets.trainers import PretrainSpec
+
+    torch.manual_seed(seed)
+    kwargs = PretrainSpec(hidden_size=32, num_hidden_layers=2, intermediate_size=64).config_kwargs(vocab)
+    if kv_heads is not None:
+        kwargs["num_key_value_heads"] = kv_heads
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **kwargs)).eval()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.2)
+        model.eval()
+    return model
+
+
+LEAN_MODELS = [("qwen2", None, False), ("llama", 2, False), ("qwen2", None, True)]
+
+
+@pytest.mark.parametrize("model_type,kv_heads,lora", LEAN_MODELS)
+def test_lean_decoder_logits_match_the_models_own_forward(model_type, kv_heads, lora):
+    """Prefill and cached decode steps give the logits of a full forward over the same tokens (left padding,
+    grouped-query attention, LoRA deltas folded in), to float rounding."""
+    import torch
+
+    from training_assets.trainers.decoding import LeanDecoder
+
+    model = _tiny(model_type, kv_heads=kv_heads, lora=lora)
+    ids, attn = _left_padded([7, 4, 6], 64)
+    extra = torch.randint(3, 64, (3, 4))
+    decoder = LeanDecoder(model)
+    n, P = ids.shape
+    total = P + extra.shape[1]
+    mask = attn.bool()
+    position = (attn.cumsum(-1) - 1).masked_fill(~mask, 1)
+    freqs = torch.arange(total, dtype=torch.float32)[:, None] * decoder.inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos() * decoder.rope_scale, emb.sin() * decoder.rope_scale
+    half = decoder.head_dim // 2
+    sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # the signed table ``sample`` makes
+    keys = [torch.zeros(n, decoder.kv_heads, total, decoder.head_dim) for _ in decoder.layers]
+    values = [torch.zeros_like(k) for k in keys]
+    valid = torch.zeros(n, total, dtype=torch.bool)
+    valid[:, :P] = mask
+    prefill_mask = (torch.ones(P, P, dtype=torch.bool).tril() & mask[:, None, :] | torch.eye(P, dtype=torch.bool))[:, None]
+    full_ids, full_attn = torch.cat([ids, extra], 1), torch.cat([attn, torch.ones_like(extra)], 1)
+    full_pos = (full_attn.cumsum(-1) - 1).masked_fill(full_attn == 0, 1)
+    with torch.inference_mode():
+        reference = model(input_ids=full_ids, attention_mask=full_attn, position_ids=full_pos).logits  # (N, T, V)
+        got = [decoder._forward(ids, position, 0, prefill_mask, keys, values, cos, sin)]
+        for j in range(extra.shape[1] - 1):
+            valid[:, P + j] = True
+            got.append(decoder._forward(extra[:, j:j + 1], position[:, -1:] + j + 1, P + j, valid[:, None, None, :P + j + 1],
+                                        keys, values, cos, sin))
+    torch.testing.assert_close(torch.stack(got, 1), reference[:, P - 1:total - 1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type,kv_heads,lora", LEAN_MODELS)
+def test_lean_decoder_samples_what_the_transformers_sampler_samples(model_type, kv_heads, lora):
+    """Same RNG, same draws: the logits agree to ~1e-6, far below what moves a multinomial draw here."""
+    import torch
+
+    from training_assets.trainers.decoding import LeanDecoder
+    from training_assets.trainers.modeling import sample_completions
+
+    model = _tiny(model_type, kv_heads=kv_heads, lora=lora)
+    ids, attn = _left_padded([7, 7, 4, 4, 6, 6], 64)
+    for temperature, eos in ((1.0, 5), (0.7, None)):
+        torch.manual_seed(3)
+        with torch.inference_mode():
+            expected = sample_completions(model, ids, attn, 12, temperature, eos, 0)
+        torch.manual_seed(3)
+        with torch.inference_mode():
+            got = LeanDecoder(model).sample(ids, attn, 12, temperature, eos, 0)
+        assert torch.equal(got, expected)
+
+
+def test_lean_decoder_says_what_it_does_not_cover():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training_assets.trainers import grpo
+    from training_assets.trainers.decoding import LeanDecoder, unsupported
+
+    gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", n_layer=1, n_embd=16, n_head=2, vocab_size=64))
+    assert unsupported(gpt2) == "GPT2LMHeadModel is not one of ('LlamaForCausalLM', 'Qwen2ForCausalLM', 'MistralForCausalLM')"
+    with pytest.raises(ValueError, match="decode with transformers instead"):
+        LeanDecoder(gpt2)
+    assert grpo.choose_sampler(gpt2, "lean")["sampler"] == "transformers"
+    from peft import LoraConfig, get_peft_model
+
+    dora = get_peft_model(_tiny("qwen2"), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
+    assert "LoRA variant (DoRA or similar)" in unsupported(dora)
+    model = _tiny("qwen2")
+    assert grpo.choose_sampler(model, "lean") == {"sampler": "lean", "reason": "GrpoSpec.sampler='lean'"}
+    assert grpo.choose_sampler(model, "transformers")["sampler"] == "transformers"
+    model.generation_config.repetition_penalty = 1.1
+    assert grpo.choose_sampler(model, "lean")["sampler"] == "generate"

@@ -73,6 +73,23 @@ def branch_starts(rows: Sequence[dict[str, Any]]) -> list[int]:
     return [max(0, shared[r["group_id"]] - len(r["prompt_ids"])) for r in rows]
 
 
+def choose_sampler(model: Any, wanted: str) -> dict[str, str]:
+    """Which decoder samples local rollouts, and why: ``lean`` when asked for and the model allows it,
+    ``transformers`` (``modeling.sample_completions``) otherwise, ``generate`` when the checkpoint's
+    generation config adds logits processors (only ``generate`` applies them)."""
+    from training_assets.trainers.decoding import unsupported
+    from training_assets.trainers.modeling import plain_sampling
+
+    if not plain_sampling(model):
+        return {"sampler": "generate", "reason": "the checkpoint's generation_config adds logits processors"}
+    if wanted != "lean":
+        return {"sampler": "transformers", "reason": f"GrpoSpec.sampler={wanted!r}"}
+    reason = unsupported(model)
+    if reason:
+        return {"sampler": "transformers", "reason": f"the lean decoder does not cover this model: {reason}"}
+    return {"sampler": "lean", "reason": "GrpoSpec.sampler='lean'"}
+
+
 class GRPOTrainer(TrainerBase):
     kind = "grpo"
 
@@ -83,6 +100,7 @@ class GRPOTrainer(TrainerBase):
         self.rewards: list[float] = []  # mean reward per rollout batch
         self.skipped: list[dict[str, str]] = []
         self.policy_sync: Any = None  # trainers.policy_sync.VllmPolicySync (rollout="vllm")
+        self.sampler: dict[str, str] = {}  # local rollouts: {"sampler": lean | transformers | generate, "reason": ...}
 
     @property
     def sequences_per_example(self) -> int:  # type: ignore[override]
@@ -91,6 +109,8 @@ class GRPOTrainer(TrainerBase):
 
     def result_extra(self) -> dict[str, Any]:
         extra = {"skipped": list(self.skipped), "mean_rewards": list(self.rewards)}
+        if self.sampler:
+            extra["rollout_sampler"] = dict(self.sampler)
         if self.policy_sync is not None:  # the adapter versions vLLM sampled from, and how often a request was retried
             extra |= {"vllm_adapters": list(self.policy_sync.history), "vllm_retries": self.policy_sync.client.retries}
         return extra
@@ -168,17 +188,24 @@ class GRPOTrainer(TrainerBase):
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
                 staged.generations = client.generate(r["prompt_ids"], G, self.config.grpo.max_new_tokens, self.config.grpo.temperature)
         else:
-            from training_assets.trainers.modeling import device_of, plain_sampling, sample_completions
+            from training_assets.trainers.modeling import device_of, sample_completions
 
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
             prompts = [r["prompt_ids"] for r in rows for _ in range(G)]
             P = max(len(p) for p in prompts)
             ids = torch.tensor([[pad_id] * (P - len(p)) + p for p in prompts])  # left-padded (B·G, P)
             attn = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
+            if not self.sampler:  # decided once per run: the model's layout does not change
+                self.sampler = choose_sampler(model, self.config.grpo.sampler)
             was_training = model.training
             model.eval()
             with torch.inference_mode():
-                if plain_sampling(model):  # generate's draws without its per-step overhead
+                if self.sampler.get("sampler") == "lean":  # the policy's weights as of this step, folded once
+                    from training_assets.trainers.decoding import LeanDecoder
+
+                    out = LeanDecoder(model).sample(ids, attn, self.config.grpo.max_new_tokens,
+                                                    self.config.grpo.temperature, tok.eos_token_id, pad_id)
+                elif self.sampler.get("sampler") == "transformers":  # generate's draws without its per-step overhead
                     out = sample_completions(model, ids, attn, self.config.grpo.max_new_tokens,
                                              self.config.grpo.temperature, tok.eos_token_id, pad_id)
                 else:  # the checkpoint's generation_config adds logits processors: generate applies them
