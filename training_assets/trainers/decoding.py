@@ -152,13 +152,13 @@ class LeanDecoder:
         ids, mask = input_ids.to(device), attention_mask.to(device).bool()
         n, prompt = ids.shape
         total = prompt + max_new_tokens
-        H, KV, D = self.heads, self.kv_heads, self.head_dim
+        KV, D = self.kv_heads, self.head_dim
         # RoPE tables for every position of the rollout, computed as transformers computes them per step
         freqs = torch.arange(total, device=device, dtype=torch.float32)[:, None] * self.inv_freq.to(device)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
         # rotate_half(x)·sin = cat(-x2, x1)·sin = roll(x, D/2)·cat(-sin1, sin2): the same products, two ops fewer
-        sin = torch.cat((-sin[:, :self.head_dim // 2], sin[:, self.head_dim // 2:]), dim=-1)
+        sin = torch.cat((-sin[:, :D // 2], sin[:, D // 2:]), dim=-1)
         position = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 1)  # (N, P), as generate derives them
         keys = [torch.zeros(n, KV, total, D, device=device, dtype=dtype) for _ in self.layers]
         values = [torch.zeros_like(k) for k in keys]
