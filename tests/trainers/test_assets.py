@@ -171,3 +171,32 @@ def test_merge_refuses_full_checkpoints(upstream):
     _train("grpo_checkpoint", upstream, max_steps=1, batch_size=2, grpo={"num_generations": 2, "max_new_tokens": 2})
     with pytest.raises(ValueError, match="full checkpoints"):
         jobs.merge_job(upstream)
+
+
+def test_training_in_the_runs_process_stops_once_its_run_is_canceling(monkeypatch):
+    """The step callback asks the instance (at most once per CANCEL_POLL_S) and raises Dagster's interrupt,
+    which Dagster records as CANCELED for a CANCELING run; no signal needed."""
+    from types import SimpleNamespace
+
+    import dagster as dg
+
+    from training_assets.defs.training import assets
+
+    status = {"value": dg.DagsterRunStatus.STARTED}
+    asked, lines = [], []
+
+    def get_run_by_id(run_id):
+        asked.append(run_id)
+        return SimpleNamespace(status=status["value"])
+
+    context = SimpleNamespace(run_id="r1", instance=SimpleNamespace(get_run_by_id=get_run_by_id),
+                              log=SimpleNamespace(info=lines.append))
+    check = assets.stop_when_canceled(context)
+    check(1, {})
+    check(2, {})  # within CANCEL_POLL_S: not asked again
+    assert asked == ["r1"]
+    status["value"] = dg.DagsterRunStatus.CANCELING
+    monkeypatch.setattr(assets, "CANCEL_POLL_S", 0.0)
+    with pytest.raises(dg.DagsterExecutionInterruptedError):
+        check(3, {})
+    assert lines == ["run r1 is CANCELING: training stops at step 3"]

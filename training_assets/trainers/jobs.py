@@ -139,13 +139,15 @@ def in_memory_job(asset: str, kind: str, config: TrainConfig, data_versions: Map
 
 def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[str, Any]] | DatasetRows | None = None,
                  model: Any = None, tokenizer: Any = None, num_processes: int = 1, launcher: Launcher | None = None,
-                 dagster_run_id: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
+                 dagster_run_id: str | None = None, log: Callable[[str], None] | None = None,
+                 callbacks: Sequence[Callable[[int, dict[str, float]], None]] = ()) -> TrainingRun:
     """Plan ``job`` once and, with ``execute``, train it and write its manifest (last).
 
     ``rows``: the examples, when the job has no source to load them from; ``model``/``tokenizer``:
     injected (in-process only). ``launcher``: run the training in another process (Pipes,
     torchrun, accelerate launch); required for ``num_processes > 1``. ``log``: the plan line and,
     training in this process, one line per logged step (a launched run logs through its launcher).
+    ``callbacks``: more ``run_loop`` step callbacks when training in this process (one may raise to stop).
     """
     from training_assets.trainers import get_trainer
     from training_assets.trainers.accelerate_launch import load_examples, write_job
@@ -157,8 +159,9 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
             raise ValueError(f"{job.asset}: the job names no examples; pass rows=")
         rows = load_examples(job.examples)
     rows = as_examples(rows)  # a mapped dataset stays mapped: plan and train read its columns and micro-batches
-    callbacks = (step_logger(log),) if log is not None and launcher is None else ()
-    trainer = get_trainer(job.kind, job.config, model=model, tokenizer=tokenizer, callbacks=callbacks)
+    in_process = (step_logger(log),) if log is not None else ()
+    trainer = get_trainer(job.kind, job.config, model=model, tokenizer=tokenizer,
+                          callbacks=(*in_process, *callbacks) if launcher is None else ())
     plan = trainer.plan(rows, world_size=num_processes)
     run = TrainingRun(job, plan)
     if not execute:
