@@ -1,7 +1,6 @@
 """Fixtures for trainer tests: a tiny BPE tokenizer with the project chat template, a tiny random-init base."""
 
 import json
-import os
 
 import pytest
 

@@ -16,7 +16,6 @@ under the data root (``--root``, default ``$TRAINING_ASSETS_DATA``), as in the D
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
