@@ -7,6 +7,9 @@ import numpy as np
 from numba import njit, prange
 
 from .dedup_hash import SHINGLE_PRIME, _count_words, _word_hashes, fmix64
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
 
 
 @njit(cache=True, parallel=True)

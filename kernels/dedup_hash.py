@@ -13,6 +13,10 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
+
 HASH_VERSION = 2  # bump when any hash below changes: stored signatures then count as stale
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 WORD_MULT = np.uint64(0xC2B2AE3D27D4EB4F)  # odd 64-bit multiplier (xxHash's PRIME64_2)

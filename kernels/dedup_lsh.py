@@ -6,6 +6,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
+
 
 @njit(cache=True, parallel=True)
 def lsh_candidates(keys, nonempty):

@@ -7,6 +7,9 @@ import numpy as np
 from numba import njit, prange
 
 from .dedup_hash import SHINGLE_PRIME, _raw_shingles, fmix64
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
 
 EMPTY_MINHASH = np.uint32(0xFFFFFFFF)
 EMPTY_BIN = np.uint64(1 << 32)  # above every 32-bit bin value: no shingle fell in this bin

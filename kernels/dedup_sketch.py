@@ -16,6 +16,9 @@ from numba import njit, prange
 
 from .dedup_hash import BYTE_CLASS, FNV_OFFSET, SHINGLE_PRIME, SPACE, WORD_MULT, fmix64
 from .dedup_minhash import EMPTY_BIN, EMPTY_MINHASH, _bin_of, _densify
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
 
 
 @njit(cache=True, inline="always")

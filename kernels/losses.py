@@ -30,6 +30,10 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
+
 LOG2E = np.float32(1.4426950408889634)
 LN2_HI = np.float32(0.693359375)  # ln 2 split in two (Cody-Waite): n * LN2_HI is exact for |n| < 2^15
 LN2_LO = np.float32(-2.12194440e-4)

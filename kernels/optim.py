@@ -33,6 +33,10 @@ from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .threads import launch
+
+launch()  # Numba's pool, started with OpenMP nesting off (kernels/threads.py)
+
 CHUNK = 1 << 16  # elements per span: 256 KiB of each of the four arrays, far above the per-span overhead
 _REDUCE = {"reassoc", "nsz"}  # lets LLVM vectorise the float64 sum of squares; no nnan/ninf
 
