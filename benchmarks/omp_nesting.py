@@ -73,7 +73,7 @@ def _side(nested: bool, forwards: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--forwards", type=int, default=20, help="timed forwards per side and round")
+    parser.add_argument("--forwards", type=int, default=10, help="timed forwards per side and round")
     args = parser.parse_args()
 
     load_before = os.getloadavg()

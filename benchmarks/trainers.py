@@ -28,7 +28,9 @@ Loop overhead (SFT packed, DPO): the ours subprocess also times ``run_loop`` aga
 SAME micro-batches (collated up front for the bare side): forward (the trainer's loss), backward,
 grad clip, optimizer and lr-scheduler step, ``zero_grad`` — nothing else, i.e. the same math, and
 the benchmark checks that both produce the same losses. ``loop_vs_bare`` is run_loop tokens/s over
-bare tokens/s (run_loop collates each step inside its timing, the bare side does not).
+bare tokens/s (run_loop collates each step inside its timing, the bare side does not). Each timing
+runs ``--loop-steps`` optimizer steps (default 36, ~2 s): at 12 steps (~0.6 s) the ratio of one
+round swung by ±15 % with the order of the two sides.
 
 Targets (issue 15): ours ≥ 1.5× TRL (median) for SFT, DPO and GRPO with peak RSS below TRL's;
 run_loop ≥ 0.95× the bare loop. The last line is ``RESULT {json}``.
@@ -286,7 +288,7 @@ def serve(side: str, workdir: Path, steps: int, threads: int) -> None:
         if not cmd or cmd[0] == "quit":
             break
         if cmd[0] == "loop":
-            answer = loop_vs_bare(cmd[1], workdir, steps, threads, cmd[2].split(","))
+            answer = loop_vs_bare(cmd[1], workdir, int(cmd[3]), threads, cmd[2].split(","))
         else:
             answer = run_once(side, cmd[1], workdir, steps, threads)
         print("ROUND " + json.dumps(answer), flush=True)
@@ -342,16 +344,19 @@ def _spread(values: list[float]) -> dict:
 
 
 def bench_kind(kind: str, workers: dict[str, Worker], workdir: Path, steps: int, rounds: int, bare: bool,
-               warmup: int = 1) -> dict:
+               warmup: int = 1, loop_steps: int = 36) -> dict:
     runs: dict[str, list[dict]] = {"trl": [], "ours": [], "loop": []}
-    for _ in range(warmup):  # untimed: the first run of a kind in each process
+    for _ in range(warmup):  # untimed: the first run of a kind in each process (and the first loop check)
         for side in ("trl", "ours"):
             workers[side].ask(f"run {kind}")
+        if bare and kind in ("sft", "dpo"):
+            workers["ours"].ask(f"loop {kind} run_loop,bare {loop_steps}")
     for r in range(rounds):
         for side in (("trl", "ours") if r % 2 == 0 else ("ours", "trl")):
             runs[side].append(workers[side].ask(f"run {kind}"))
         if bare and kind in ("sft", "dpo"):  # in the ours process; each run resets and reads its own peak RSS
-            runs["loop"].append(workers["ours"].ask(f"loop {kind} " + ("run_loop,bare" if r % 2 == 0 else "bare,run_loop")))
+            order = "run_loop,bare" if r % 2 == 0 else "bare,run_loop"
+            runs["loop"].append(workers["ours"].ask(f"loop {kind} {order} {loop_steps}"))
     tokens = _tokens(workdir, kind, steps)
     ours, trl = runs["ours"], runs["trl"]
     wall_ratio = [t["wall_s"] / o["wall_s"] for o, t in zip(ours, trl)]
@@ -372,6 +377,7 @@ def bench_kind(kind: str, workers: dict[str, Worker], workdir: Path, steps: int,
         loop = runs["loop"]
         result["loop_vs_bare"] = _spread([x["run_loop"]["tokens_per_s"] / x["bare"]["tokens_per_s"] for x in loop])
         result["loop_vs_bare_cpu_time"] = _spread([x["bare"]["cpu_s"] / x["run_loop"]["cpu_s"] for x in loop])
+        result["loop_vs_bare_per_round"] = [round(x["run_loop"]["tokens_per_s"] / x["bare"]["tokens_per_s"], 3) for x in loop]
         result["run_loop_tokens_per_s"] = round(statistics.median(x["run_loop"]["tokens_per_s"] for x in loop), 1)
         result["bare_tokens_per_s"] = round(statistics.median(x["bare"]["tokens_per_s"] for x in loop), 1)
         result["loop_bare_same_losses"] = all(x["run_loop"]["losses"] == x["bare"]["losses"] for x in loop)
@@ -387,9 +393,12 @@ def main() -> None:
     parser.add_argument("--kinds", default="sft,dpo,grpo")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per side (0 = torch default)")
     parser.add_argument("--no-bare", action="store_true", help="skip the run_loop vs bare loop comparison")
+    parser.add_argument("--loop-steps", type=int, default=36,
+                        help="optimizer steps of each run_loop / bare loop timing (12 steps, ~0.6 s, swung ±15%%)")
     parser.add_argument("--serve", nargs=2, metavar=("SIDE", "WORKDIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     steps, rounds = (4, 2) if args.quick else (args.steps, args.rounds)
+    loop_steps = 4 if args.quick else args.loop_steps
     if args.serve:
         serve(args.serve[0], Path(args.serve[1]), steps, args.threads)
         return
@@ -402,7 +411,7 @@ def main() -> None:
         for side in ("trl", "ours"):  # one at a time: imports do not overlap
             workers[side] = Worker(side, workdir, steps, args.threads)
         for kind in args.kinds.split(","):
-            results[kind] = bench_kind(kind, workers, workdir, steps, rounds, not args.no_bare, args.warmup)
+            results[kind] = bench_kind(kind, workers, workdir, steps, rounds, not args.no_bare, args.warmup, loop_steps)
             _print_kind(kind, results[kind])
     finally:
         for w in workers.values():
@@ -410,7 +419,7 @@ def main() -> None:
     targets = {kind: {"speedup_ge_1.5": r["speedup"]["median"] >= 1.5, "rss_below_trl": r["ours_peak_rss_mb"] < r["trl_peak_rss_mb"],
                       **({"loop_ge_0.95": r["loop_vs_bare"]["median"] >= 0.95} if "loop_vs_bare" in r else {})}
                for kind, r in results.items()}
-    summary = {"steps": steps, "rounds": rounds, "warmup_rounds": args.warmup, "batch": BATCH, "threads": args.threads or "default",
+    summary = {"steps": steps, "loop_steps": loop_steps, "rounds": rounds, "warmup_rounds": args.warmup, "batch": BATCH, "threads": args.threads or "default",
                "model": f"qwen2 h{HIDDEN} L{LAYERS}", "load_avg_1m_end": os.getloadavg()[0],
                "import_s": {s: round(w.ready["import_s"], 2) for s, w in workers.items()},
                "bench_wall_s": round(time.perf_counter() - t0, 1), "targets": targets, **results}

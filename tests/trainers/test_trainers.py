@@ -192,3 +192,20 @@ def test_gradient_checkpointing_changes_memory_not_the_loss(tmp_path, tokenizer,
     a = get_trainer("pretrain", plain, tokenizer=tokenizer).train(windows).loop.losses
     b = get_trainer("pretrain", recompute, tokenizer=tokenizer).train(windows).loop.losses
     assert b == pytest.approx(a, rel=1e-6)
+
+
+def test_pad_rows_and_ones_mask_match_padding_row_by_row():
+    import numpy as np
+    import torch
+
+    from training_assets.trainers.modeling import ones_mask, pad_rows
+
+    rows = [[5, 6, 7], [], [1], [9, 8, 7, 6, 5]]
+    expected = torch.tensor([[5, 6, 7, -1, -1], [-1] * 5, [1, -1, -1, -1, -1], [9, 8, 7, 6, 5]])
+    assert torch.equal(pad_rows(rows, -1), expected)
+    assert pad_rows(rows, -1).dtype == torch.long
+    assert torch.equal(pad_rows([np.asarray(r, dtype=np.int32) for r in rows], -1), expected)  # memory-mapped rows
+    assert torch.equal(pad_rows(rows, 0, length=2), torch.tensor([[5, 6], [0, 0], [1, 0], [9, 8]]))  # truncated
+    assert torch.equal(pad_rows(rows, 0, length=7)[:, 5:], torch.zeros(4, 2, dtype=torch.long))
+    assert torch.equal(ones_mask([len(r) for r in rows], 5), (expected != -1).long())
+    assert torch.equal(ones_mask([2, 1]), torch.tensor([[1, 1], [1, 0]]))

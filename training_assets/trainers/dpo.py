@@ -62,12 +62,12 @@ class DPOTrainer(TrainerBase):
         return {"skipped": list(self.skipped)}
 
     def _pair_tensors(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from training_assets.trainers.modeling import pad_rows
+        from training_assets.trainers.modeling import ones_mask, pad_rows
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         seqs = [r["chosen"] for r in rows] + [r["rejected"] for r in rows]  # (2B): chosen first
         ids = pad_rows([s[0] for s in seqs], pad_id)
-        return {"input_ids": ids, "attention_mask": pad_rows([[1] * len(s[0]) for s in seqs], 0),
+        return {"input_ids": ids, "attention_mask": ones_mask([len(s[0]) for s in seqs], ids.shape[1]),
                 "loss_mask": pad_rows([s[1] for s in seqs], 0)}
 
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:

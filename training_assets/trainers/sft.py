@@ -160,7 +160,7 @@ class SFTTrainer(TrainerBase):
         return LazyRows(len(bounds) - 1, make)
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        from training_assets.trainers.modeling import IGNORE_INDEX, pad_rows
+        from training_assets.trainers.modeling import IGNORE_INDEX, ones_mask, pad_rows
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch: dict[str, Any] = {"input_ids": pad_rows([r["input_ids"] for r in rows], pad_id),
@@ -170,7 +170,7 @@ class SFTTrainer(TrainerBase):
             batch["doc_ids"] = pad_rows([r["doc_ids"] for r in rows], -1)
             batch["n_tokens"] = int((batch["doc_ids"] >= 0).sum())
         else:
-            batch["attention_mask"] = pad_rows([[1] * len(r["input_ids"]) for r in rows], 0)
+            batch["attention_mask"] = ones_mask([len(r["input_ids"]) for r in rows], batch["input_ids"].shape[1])
             batch["n_tokens"] = int(batch["attention_mask"].sum())
         batch["weight"] = float((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
         return batch
