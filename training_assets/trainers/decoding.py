@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from training_assets.trainers.modeling import draw_token
+
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq and attention scaling fixed at init
 MAX_PARAMS = 1_000_000_000
@@ -172,13 +174,7 @@ class LeanDecoder:
         unfinished = torch.ones(n, dtype=torch.bool, device=device)
         tokens = []
         for step in range(max_new_tokens):
-            scores = logits.float()
-            if temperature != 1.0:
-                scores = scores / temperature
-            token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-            if eos_token_id is not None:
-                token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))
-                unfinished &= token != eos_token_id
+            token = draw_token(logits, temperature, unfinished, eos_token_id, pad_token_id)  # the same draws
             tokens.append(token)
             if step == max_new_tokens - 1 or not bool(unfinished.any()):
                 break

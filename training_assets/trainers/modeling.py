@@ -188,6 +188,21 @@ def plain_sampling(model: Any) -> bool:
     return all(getattr(config, f, None) == getattr(default, f, None) for f in _PROCESSOR_FIELDS)
 
 
+def draw_token(logits: torch.Tensor, temperature: float, unfinished: torch.Tensor, eos_token_id: int | None,
+               pad_token_id: int) -> torch.Tensor:
+    """(N,) one sampling step as ``generate`` draws it: float32 scores ÷ temperature, softmax, one
+    ``multinomial``; rows already ended get ``pad_token_id``, and ``unfinished`` (N,) bool is
+    updated in place with this step's EOS."""
+    scores = logits.float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    if eos_token_id is not None:
+        token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))
+        unfinished &= token != eos_token_id
+    return token
+
+
 def sample_completions(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
                        temperature: float, eos_token_id: int | None, pad_token_id: int) -> torch.Tensor:
     """(N, ≤ max_new_tokens) tokens sampled after left-padded prompts: ``generate``'s draws, without its machinery.
@@ -215,13 +230,7 @@ def sample_completions(model: Any, input_ids: torch.Tensor, attention_mask: torc
     unfinished = torch.ones(mask.shape[0], dtype=torch.bool, device=device)
     tokens = []
     for step in range(max_new_tokens):
-        scores = logits[:, -1, :].float()
-        if temperature != 1.0:
-            scores = scores / temperature
-        token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        if eos_token_id is not None:
-            token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))
-            unfinished &= token != eos_token_id
+        token = draw_token(logits[:, -1, :], temperature, unfinished, eos_token_id, pad_token_id)
         tokens.append(token)
         if step == max_new_tokens - 1 or not bool(unfinished.any()):
             break
