@@ -79,8 +79,8 @@ def main() -> None:
     load_before = os.getloadavg()
     ours, nested, ratios = [], [], []
     for r in range(args.rounds):
-        a, b = (_side(False, args.forwards), _side(True, args.forwards)) if r % 2 == 0 else \
-            tuple(reversed((_side(True, args.forwards), _side(False, args.forwards))))
+        got = {nested: _side(nested, args.forwards) for nested in ((False, True) if r % 2 == 0 else (True, False))}
+        a, b = got[False], got[True]
         ours.append(a)
         nested.append(b)
         ratios.append(b["seconds"] / a["seconds"])

@@ -346,15 +346,16 @@ def _spread(values: list[float]) -> dict:
 def bench_kind(kind: str, workers: dict[str, Worker], workdir: Path, steps: int, rounds: int, bare: bool,
                warmup: int = 1, loop_steps: int = 36) -> dict:
     runs: dict[str, list[dict]] = {"trl": [], "ours": [], "loop": []}
+    loop_check = bare and kind in ("sft", "dpo")  # in the ours process; each run resets and reads its own peak RSS
     for _ in range(warmup):  # untimed: the first run of a kind in each process (and the first loop check)
         for side in ("trl", "ours"):
             workers[side].ask(f"run {kind}")
-        if bare and kind in ("sft", "dpo"):
+        if loop_check:
             workers["ours"].ask(f"loop {kind} run_loop,bare {loop_steps}")
     for r in range(rounds):
         for side in (("trl", "ours") if r % 2 == 0 else ("ours", "trl")):
             runs[side].append(workers[side].ask(f"run {kind}"))
-        if bare and kind in ("sft", "dpo"):  # in the ours process; each run resets and reads its own peak RSS
+        if loop_check:
             order = "run_loop,bare" if r % 2 == 0 else "bare,run_loop"
             runs["loop"].append(workers["ours"].ask(f"loop {kind} {order} {loop_steps}"))
     tokens = _tokens(workdir, kind, steps)

@@ -10,22 +10,22 @@ joins new threads on each call, once ``torch.set_num_threads`` has fixed MKL's t
 never nest a ``prange`` in another, so nothing of ours needs the nesting: ``launch()`` starts the
 pool and sets the level back to 1, unless ``OMP_NESTED`` / ``OMP_MAX_ACTIVE_LEVELS`` ask for
 nesting explicitly. Every module with a parallel kernel calls it at import, before any kernel
-can start the pool on its own.
+can start the pool on its own (not a package ``__init__``: ``kernels/`` stays a namespace folder
+so that, from the repo root, it cannot shadow Hugging Face's ``kernels`` package).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-import threading
+import warnings
 
 import numba
 
 # Numba's OpenMP vendor name -> the runtime's soname. dlopen of a soname that is already loaded
 # returns that very library, so this reaches the runtime Numba and torch share.
 _RUNTIMES = {"GNU": "libgomp.so.1", "Intel": "libiomp5.so", "LLVM": "libomp.so"}
-_lock = threading.Lock()
-_launched: str | None = None
 
 
 def nesting_requested() -> bool:
@@ -54,17 +54,19 @@ def max_active_levels() -> int | None:
     return None if runtime is None else int(runtime.omp_get_max_active_levels())
 
 
+@functools.cache
 def launch() -> str:
     """Start Numba's thread pool once (what its first parallel kernel would do) and undo the
     ``omp`` layer's process-wide nesting; returns the threading layer in use."""
-    global _launched
-    with _lock:
-        if _launched is None:
-            from numba.np.ufunc.parallel import _launch_threads
+    from numba.np.ufunc.parallel import _launch_threads
 
-            _launch_threads()
-            runtime = openmp_runtime()
-            if runtime is not None and not nesting_requested():
-                runtime.omp_set_max_active_levels(1)
-            _launched = numba.threading_layer()
-    return _launched
+    _launch_threads()  # idempotent, and locked by Numba itself
+    layer = numba.threading_layer()
+    runtime = openmp_runtime()
+    if layer == "omp" and runtime is None:
+        warnings.warn("Numba runs on OpenMP but its runtime could not be loaded by soname, so OpenMP nesting "
+                      "stays on: torch's CPU matmuls in this process may run many times slower; set "
+                      "NUMBA_THREADING_LAYER=workqueue to avoid it", RuntimeWarning, stacklevel=2)
+    elif runtime is not None and not nesting_requested():
+        runtime.omp_set_max_active_levels(1)
+    return layer

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 PROBE = """
-import json, ctypes
+import json
 from training_assets_kernels import dedup, threads
 import numba, numpy as np, torch
 data = np.frombuffer(b"a b c d e f g h", dtype=np.uint8); offsets = np.array([0, 7, 15], dtype=np.int64)
