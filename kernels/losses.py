@@ -6,7 +6,7 @@ Arrays are NumPy, fp32 for tensors of logits/log-probs (the torch wrappers in
 so every large kernel is a ``prange`` over rows; each row's reductions run inside one thread and
 cross-row sums are taken sequentially afterwards, so results do not depend on the thread count.
 
-Why it is faster than the torch composition on CPU (see ``benchmarks/kernels.py``):
+Why it is faster than the torch composition on CPU (see ``benchmarks/kernel_speed.py``):
 
 - cross-entropy is one read of the logits and one write of the gradient: the forward stores
   ``exp(x - max)`` in the gradient buffer and rescales it in place while the row is still in L2,

@@ -41,7 +41,7 @@ from training_assets import paths
 from training_assets import registry_artifacts as store
 from training_assets.deploy import Deployment, DeploymentError, DeploymentTarget, deploy, undo_deploy
 from training_assets.lineage import Lineage
-from training_assets.storage import canonical_json, fingerprint
+from training_assets.storage import fingerprint
 from training_assets.tracking import local_artifact_location
 from training_assets.trainers.loading import CheckpointDirs, resolve_checkpoint
 from training_assets.trainers.manifest import MANIFEST_FILE, CheckpointManifest
@@ -407,8 +407,3 @@ def register_checkpoint(registry: ModelRegistry, checkpoint_path: str | os.PathL
                         checkpoint_id: str, lineage: Lineage | None = None) -> ModelDefinition:
     """The seed's name for ``registry.register(checkpoint_path, target, checkpoint_id, lineage)``."""
     return registry.register(checkpoint_path, target, checkpoint_id, lineage)
-
-
-def definition_json(definition: ModelDefinition) -> str:
-    """Canonical JSON of a definition (for files and CLI output)."""
-    return canonical_json(definition.to_dict())

@@ -185,10 +185,6 @@ def lazy_jaccard(n_docs: int, fetch: Callable[[np.ndarray], tuple[np.ndarray, np
     return similarity
 
 
-def compute_features(texts: Sequence[str], params: DedupParams) -> Features:
-    return packed_features(*pack_texts(texts), params)
-
-
 def packed_features(data: np.ndarray, offsets: np.ndarray, params: DedupParams) -> Features:
     """Features of a packed corpus (``pack_texts``'s data uint8[B] and offsets int64[N+1])."""
     with threads_for(len(data), BYTES_PER_THREAD):

@@ -1,8 +1,8 @@
 """Numba loss/optimizer kernels against their torch twins, side by side in one run (CPU, fp32).
 
-    .venv/bin/python benchmarks/kernels.py            # full sizes (~3.5 GB RAM; 8.5 min at load 9 on 2 cores)
-    .venv/bin/python benchmarks/kernels.py --quick    # smoke sizes
-    .venv/bin/python benchmarks/kernels.py --cases optimizer_step   # one case (45 s - 2 min at load 7-11 here)
+    .venv/bin/python benchmarks/kernel_speed.py            # full sizes (~3.5 GB RAM; 8.5 min at load 9 on 2 cores)
+    .venv/bin/python benchmarks/kernel_speed.py --quick    # smoke sizes
+    .venv/bin/python benchmarks/kernel_speed.py --cases optimizer_step   # one case (45 s - 2 min at load 7-11 here)
 
 Measures (best of --repeats interleaved rounds, after a warm-up call that compiles/loads the kernels):
 
