@@ -6,13 +6,19 @@ Pure library (no Dagster); the sensor and the ``raw_traces`` asset are thin wrap
   a batch, so a multi-GB file costs the tick what a small one does. A batch's partition key is
   ``<stem>-<fingerprint(name, size, mtime)>`` (``traces.batch_id_for``). Unsafe names,
   symlinks and anything that is not a regular file are refused: moved to ``inbox/_rejected/``
-  beside a ``.reason`` file (never deleted, never followed or opened).
+  beside a ``.reason`` file (never deleted, never followed or opened). ``_rejected`` must be a
+  real folder of the inbox: it is opened without following links and the move and the note go
+  through that open folder, so a link planted there cannot send a refused file out of the data
+  root; when it is not, refused entries stay in the inbox and the scan says why.
 - ``stage_batch`` (inside the ``raw_traces`` run) hashes the inbox file while copying it to the
   immutable snapshot ``batches/<batch_id><suffix>`` and records ``batches/<batch_id>.json``
   (source name, size, mtime, sha256). A file whose content was already staged under another
   batch id (the same file dropped again) is recorded as ``duplicate_of`` that batch: its
-  partition holds no traces, so nothing downstream changes. A re-run of a staged batch reuses
-  the snapshot, even after the inbox file is gone.
+  partition holds no traces, so nothing downstream changes. The content claim
+  ``batches/by_sha256/<sha256>`` appears whole (hard-linked from a complete temporary file) and
+  only after the claimant's snapshot is in place, so two copies staged at the same moment
+  always give one original and one duplicate. A re-run of a staged batch reuses the snapshot,
+  even after the inbox file is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +59,7 @@ class InboxScan:
     known: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (file name, reason)
     seen: dict[str, str] = field(default_factory=dict)  # file name -> its batch id (the next cursor)
+    reject_error: str | None = None  # why refused entries were left in the inbox (a bad reject folder)
 
 
 def suffix_of(name: str) -> str:
@@ -79,18 +87,59 @@ def refusal_reason(entry: os.DirEntry[str]) -> str | None:
     return unsafe_name_reason(entry.name)
 
 
-def reject_file(path: Path, reason: str, root: str | os.PathLike[str] | None = None) -> Path:
-    """Move a refused inbox entry aside (never delete it, never follow it) with a note saying why."""
-    rejected = paths.rejected_dir(root)
-    rejected.mkdir(parents=True, exist_ok=True)
-    target = rejected / (path.name.replace("/", "_") or "unnamed")
-    n = 1
-    while os.path.lexists(target):
-        target = rejected / f"{path.name}.{n}"
-        n += 1
-    os.rename(path, target)  # same filesystem; a symlink moves as a link, a FIFO is never opened
-    (target.parent / f"{target.name}.reason").write_text(reason + "\n", encoding="utf-8")
-    return target
+@contextlib.contextmanager
+def _open_dir(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _open_rejected(inbox_fd: int, root: str | os.PathLike[str] | None) -> Iterator[int]:
+    """``inbox/_rejected`` (made when absent) opened without following links, else a BatchError."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(REJECTED, 0o755, dir_fd=inbox_fd)
+    try:
+        fd = os.open(REJECTED, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=inbox_fd)
+    except OSError as exc:  # O_NOFOLLOW | O_DIRECTORY: a symbolic link or a file there fails (ENOTDIR)
+        rejected = paths.rejected_dir(root)
+        kind = "a symbolic link" if os.path.islink(rejected) else f"not a folder ({exc.strerror})"
+        raise BatchError(f"{rejected} is {kind}; refused inbox entries are only moved into a real folder of the "
+                         "data root: remove it (the sensor makes the folder again); refused entries stay in the "
+                         "inbox until then") from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def reject_file(name: str, reason: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """Move the refused inbox entry ``name`` aside (never delete it, never follow it) with a note saying why.
+
+    Everything goes through open folder descriptors (``rename`` with ``src_dir_fd``/``dst_dir_fd``,
+    the note created ``O_EXCL | O_NOFOLLOW``): no path is resolved again after the checks.
+    """
+    with _open_dir(paths.inbox_dir(root)) as inbox_fd, _open_rejected(inbox_fd, root) as rejected_fd:
+        target, n = name, 1
+        while _lexists(target, rejected_fd) or _lexists(f"{target}.reason", rejected_fd):
+            target, n = f"{name}.{n}", n + 1
+        # same filesystem; a symlink moves as a link, a FIFO is never opened
+        os.rename(name, target, src_dir_fd=inbox_fd, dst_dir_fd=rejected_fd)
+        note = os.open(f"{target}.reason", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                       dir_fd=rejected_fd)
+        with os.fdopen(note, "w", encoding="utf-8") as handle:
+            handle.write(reason + "\n")
+    return paths.rejected_dir(root) / target
 
 
 def scan_inbox(seen: Mapping[str, str] | None = None, known_batch_ids: Iterable[str] = (),
@@ -99,7 +148,8 @@ def scan_inbox(seen: Mapping[str, str] | None = None, known_batch_ids: Iterable[
 
     ``seen`` (the sensor cursor) maps a file name to the batch id already requested for it; a
     file whose key is in ``seen`` or in ``known_batch_ids`` (e.g. the materialised partitions) is known.
-    ``reject=False`` only reports refused entries instead of moving them aside (a read-only preview).
+    ``reject=False`` only reports refused entries instead of moving them aside (a read-only preview);
+    so does a reject folder that is not a real folder (``scan.reject_error`` says why).
     """
     seen = dict(seen or {})
     known = set(known_batch_ids)
@@ -112,8 +162,11 @@ def scan_inbox(seen: Mapping[str, str] | None = None, known_batch_ids: Iterable[
             continue
         reason = refusal_reason(entry)
         if reason is not None:
-            if reject:
-                reject_file(Path(entry.path), f"refused {entry.name!r}: {reason}", root)
+            if reject and scan.reject_error is None:
+                try:
+                    reject_file(entry.name, f"refused {entry.name!r}: {reason}", root)
+                except BatchError as exc:  # a bad reject folder: leave every refused entry where it is
+                    scan.reject_error = str(exc)
             scan.rejected.append((entry.name, reason))
             continue
         info = entry.stat(follow_symlinks=False)
@@ -206,19 +259,46 @@ def _copy_hashing(source: Path, target: Path, batch_id: str) -> tuple[int, int, 
 
 
 def _claim_content(sha256: str, batch_id: str, root: str | os.PathLike[str] | None) -> str:
-    """The batch id that owns ``sha256``: ``batch_id`` if it is the first to stage these bytes."""
+    """The batch id that owns ``sha256``: ``batch_id`` if it is the first to stage these bytes.
+
+    The claim is written whole under a temporary name, then hard-linked to ``by_sha256/<sha256>``:
+    the link fails when the name exists, so exactly one run wins, and a loser always reads the
+    winner's id (never an empty file that is still being written).
+    """
     claims = paths.batches_dir(root) / BY_HASH_DIR
     claims.mkdir(parents=True, exist_ok=True)
     claim = claims / sha256
+    fd, tmp = tempfile.mkstemp(prefix=f".{sha256}.", suffix=".tmp", dir=claims)
     try:
-        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # atomic: exactly one run wins
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(batch_id + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.link(tmp, claim)
     except FileExistsError:
-        return claim.read_text(encoding="utf-8").strip() or batch_id
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(batch_id + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+        owner = claim.read_text(encoding="utf-8").strip()
+        try:
+            return check_batch_id(owner)
+        except BatchError as exc:
+            raise BatchError(f"batch {batch_id}: content claim {claim} holds {owner!r}, not a batch id; remove that "
+                             "file and re-run (the next run staging these bytes claims them)") from exc
+    finally:
+        os.unlink(tmp)
     return batch_id
+
+
+def _snapshot_of(batch_id: str, root: str | os.PathLike[str] | None) -> Path | None:
+    """The staged copy of ``batch_id``, or None.
+
+    A claim's owner made its copy before claiming, so the copy is there however far the owner's
+    run has got (unless removed by hand).
+    """
+    for suffix in BATCH_SUFFIXES:
+        path = paths.batches_dir(root) / f"{batch_id}{suffix}"
+        if path.is_file():
+            return path
+    return None
 
 
 def stage_batch(batch_id: str, root: str | os.PathLike[str] | None = None) -> StagedBatch:
@@ -232,23 +312,14 @@ def stage_batch(batch_id: str, root: str | os.PathLike[str] | None = None) -> St
         return existing
     source = find_inbox_file(batch_id, root)
     target = paths.batches_dir(root) / f"{batch_id}{suffix_of(source.name)}"
-    size, mtime_ns, sha256 = _copy_hashing(source, target, batch_id)
+    size, mtime_ns, sha256 = _copy_hashing(source, target, batch_id)  # the snapshot exists before the claim
     owner = _claim_content(sha256, batch_id, root)
     staged = StagedBatch(batch_id, source.name, target, size, mtime_ns, sha256)
-    if owner != batch_id:
-        original = read_staged(owner, root)
-        if original is not None and original.path.is_file():
-            target.unlink()  # the bytes are already kept under the first batch
-            staged = StagedBatch(batch_id, source.name, original.path, size, mtime_ns, sha256, duplicate_of=owner)
+    # The owner's snapshot, not its staging record: the record is written after the claim, so a
+    # run staging the same bytes at the same moment may not see it yet.
+    original = _snapshot_of(owner, root) if owner != batch_id else None
+    if original is not None:
+        target.unlink()  # the bytes are already kept under the first batch
+        staged = StagedBatch(batch_id, source.name, original, size, mtime_ns, sha256, duplicate_of=owner)
     write_json_atomic(_record_path(batch_id, root), staged.to_json())
     return staged
-
-
-def staged_batch_path(batch_id: str, root: str | os.PathLike[str] | None = None) -> Path:
-    """The immutable snapshot of a staged batch."""
-    staged = read_staged(batch_id, root)
-    if staged is None:
-        raise BatchError(f"batch {batch_id}: not staged under {paths.batches_dir(root)}; materialise "
-                         f"raw_traces[{batch_id}] (its run stages the inbox file)")
-    return staged.path
-

@@ -7,8 +7,9 @@ accepted and converted: ShareGPT (``conversations`` of ``{from, value}``) and pl
 ``{prompt, completion}``.
 
 ``parse_trace(obj)`` validates one decoded JSON value (pydantic); ``validation_reason`` maps a
-``ValidationError`` onto the short reason codes users see; ``render_messages`` is the plain-text
-form of a conversation that curation, decontamination and the tokenizer's corpus share.
+``ValidationError`` onto the short reason codes users see; ``nesting_reason`` refuses JSON text
+nested deeper than ``MAX_JSON_DEPTH`` before anything parses it; ``render_messages`` is the
+plain-text form of a conversation that curation, decontamination and the tokenizer's corpus share.
 Validation happens once, at ingest (``traces.iter_batch``): downstream stages read the columns
 ``raw_traces`` stores and never re-validate.
 """
@@ -20,12 +21,46 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from itertools import accumulate
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+# JSON text (a line, a tool call's arguments) nested deeper than this is quarantined
+# (too_deeply_nested) before it is parsed. json.loads, pydantic and model_dump recurse once per
+# level: 100k levels raise RecursionError, a few hundred make model_dump fail. Real traces nest < 10.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)  # an unterminated one runs to the end
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_DEPTH_STEP = [0] * 256
+_DEPTH_STEP[ord("[")] = _DEPTH_STEP[ord("{")] = 1
+_DEPTH_STEP[ord("]")] = _DEPTH_STEP[ord("}")] = -1
+
+
+def json_depth(text: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings not counted.
+
+    A scan, not a parse, so it cannot recurse: strings are cut out, the brackets kept, and the
+    depth is the running sum of +1 (open) / -1 (close). Malformed text gets a number too.
+
+    >>> json_depth(b'{"a": [1, {"b": "[[[["}]}')
+    3
+    """
+    brackets = _JSON_STRING.sub(b"", text).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def nesting_reason(text: bytes, limit: int = MAX_JSON_DEPTH) -> tuple[str, str] | None:
+    """``("too_deeply_nested", detail)`` when ``text`` nests deeper than ``limit``, else None."""
+    if text.count(b"[") + text.count(b"{") <= limit:  # fewer brackets than the limit: no scan needed
+        return None
+    depth = json_depth(text)
+    if depth <= limit:
+        return None
+    return "too_deeply_nested", f"JSON nested {depth} levels deep; at most MAX_JSON_DEPTH={limit} are read"
 
 
 class ToolFunction(BaseModel):
@@ -45,6 +80,10 @@ class ToolFunction(BaseModel):
 
     @model_validator(mode="after")
     def _arguments_parse(self) -> ToolFunction:
+        too_deep = nesting_reason(self.arguments.encode("utf-8", "surrogatepass"))
+        if too_deep is not None:  # checked before json.loads, which would recurse once per level
+            raise PydanticCustomError("too_deeply_nested", "arguments of tool call {name}: {detail}",
+                                      {"name": repr(self.name), "detail": too_deep[1]})
         try:
             json.loads(self.arguments)
         except ValueError as exc:
@@ -246,8 +285,8 @@ _TYPE_ERRORS = re.compile(r"(_type|_parsing|_instance)$|^(too_short|too_long|gre
 
 
 # When one line has several problems, the most specific one names it.
-REASON_PRIORITY = ("unknown_role", "tool_arguments_not_json", "orphan_tool_result", "not_an_object",
-                   "wrong_type", "unknown_field", "missing_field", "invalid_value")
+REASON_PRIORITY = ("too_deeply_nested", "unknown_role", "tool_arguments_not_json", "orphan_tool_result",
+                   "not_an_object", "wrong_type", "unknown_field", "missing_field", "invalid_value")
 
 
 def _error_reason(err: dict[str, Any]) -> str:

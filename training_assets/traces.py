@@ -3,12 +3,16 @@
 The schema itself (``Trace``, ``Message``, ``parse_trace``, ...) lives in ``trace_schema`` and is
 re-exported here, so ``traces.Trace`` and ``traces.read_batch`` are one import.
 
-``read_batch(path)`` reads a ``.jsonl`` or ``.jsonl.gz`` batch line by line in constant memory
-(``iter_batch`` is the streaming form). Every line ends valid or quarantined with its line
-number, a bounded copy of its raw bytes and a reason, so ``lines == valid + quarantined``
-always holds. A file that cannot be read as a batch at all (missing, empty, truncated gzip) or
-that passes a cap (``max_batch_bytes`` decompressed bytes, ``max_batch_lines`` lines: a gzip
-bomb stops at the cap) raises ``BatchError`` naming the file and the cap.
+``iter_batch(path)`` streams a ``.jsonl`` or ``.jsonl.gz`` batch line by line in constant memory;
+``summarise_batch`` counts it as it goes (the ``ingest`` verb's report) and ``read_batch`` keeps
+every trace in memory (for small batches: examples and tests). Every line ends valid or
+quarantined with its line number, a bounded copy of its raw bytes and a reason, so
+``lines == valid + quarantined`` always holds; a line nested deeper than
+``trace_schema.MAX_JSON_DEPTH`` is quarantined (``too_deeply_nested``) before it is parsed, so no
+line can make a reader recurse. A file that cannot be read as a batch at all (missing, empty,
+truncated gzip) or that passes a cap (``max_batch_bytes`` decompressed bytes,
+``max_batch_lines`` lines: a gzip bomb stops at the cap) raises ``BatchError`` naming the file
+and the cap.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from training_assets.trace_schema import (  # noqa: F401 - re-exported: the sche
     ToolFunction,
     Trace,
     TraceMetadata,
+    nesting_reason,
     parse_trace,
     render_messages,
     validation_reason,
@@ -49,6 +54,7 @@ DEFAULT_MAX_LINE_BYTES = 1 << 20  # 1 MiB: a longer line is quarantined, never p
 DEFAULT_MAX_BATCH_BYTES = 4 << 30  # 4 GiB decompressed
 DEFAULT_MAX_BATCH_LINES = 1_000_000
 RAW_COPY_BYTES = 2048  # how much of a quarantined line is kept for inspection
+REPORT_EXAMPLES = 10  # quarantined lines a batch report shows
 READ_CHUNK_BYTES = 1 << 16
 BATCH_SUFFIXES = (".jsonl.gz", ".jsonl")
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -96,19 +102,30 @@ class BatchResult:
     def reasons(self) -> dict[str, int]:
         return dict(sorted(Counter(q.reason for q in self.quarantined).items()))
 
+
+@dataclass
+class BatchSummary:
+    """A batch's counts, taken as it streams: what ``training-assets ingest`` reports, in constant memory."""
+
+    path: Path
+    lines: int = 0
+    valid: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    examples: list[QuarantinedLine] = field(default_factory=list)  # the first REPORT_EXAMPLES quarantined lines
+
     @property
-    def quarantine_rate(self) -> float:
-        return len(self.quarantined) / self.lines if self.lines else 0.0
+    def quarantined(self) -> int:
+        return self.lines - self.valid
 
     def report(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
             "lines": self.lines,
-            "valid": len(self.valid),
-            "quarantined": len(self.quarantined),
-            "quarantine_rate": round(self.quarantine_rate, 6),
-            "reasons": self.reasons,
-            "examples": [q.to_dict() for q in self.quarantined[:10]],
+            "valid": self.valid,
+            "quarantined": self.quarantined,
+            "quarantine_rate": round(self.quarantined / self.lines if self.lines else 0.0, 6),
+            "reasons": dict(sorted(self.reasons.items())),
+            "examples": [q.to_dict() for q in self.examples],
         }
 
 
@@ -168,6 +185,9 @@ def _classify(line: bytes, oversized: bool, max_line_bytes: int) -> Trace | tupl
         return "invalid_utf8", f"invalid UTF-8 at byte {exc.start}: {exc.reason}"
     if not text.strip():
         return "blank_line", "line is empty"
+    too_deep = nesting_reason(line)
+    if too_deep is not None:  # before json.loads, which recurses once per level
+        return too_deep
     try:
         obj = json.loads(text)
     except ValueError as exc:
@@ -237,9 +257,26 @@ def iter_batch(
         raise BatchError(f"batch {path}: holds no lines (empty after decompression)")
 
 
+def summarise_batch(path: str | os.PathLike[str], caps: BatchCaps | None = None) -> BatchSummary:
+    """Count a batch as it streams (lines, valid, reasons, the first quarantined lines); holds no trace."""
+    summary = BatchSummary(path=Path(path))
+    for _, item in iter_batch(path, caps=caps):
+        summary.lines += 1
+        if isinstance(item, Trace):
+            summary.valid += 1
+            continue
+        summary.reasons[item.reason] += 1
+        if len(summary.examples) < REPORT_EXAMPLES:
+            summary.examples.append(item)
+    return summary
+
+
 def read_batch(path: str | os.PathLike[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                caps: BatchCaps | None = None) -> BatchResult:
-    """Read a whole batch: every line is in ``.valid`` or ``.quarantined``."""
+    """Read a whole batch into memory: every line is in ``.valid`` or ``.quarantined``.
+
+    Holds every trace: for small batches. ``iter_batch`` streams, ``summarise_batch`` only counts.
+    """
     result = BatchResult(path=Path(path))
     for line_no, item in iter_batch(path, max_line_bytes=max_line_bytes, caps=caps):
         result.lines += 1

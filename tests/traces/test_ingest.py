@@ -4,6 +4,8 @@ atomic partition writes, determinism, one partition version."""
 import gzip
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
 import pytest
@@ -101,6 +103,61 @@ def test_symlinks_fifos_and_folders_are_refused_without_being_followed_or_opened
     for name in reasons:
         assert not os.path.lexists(box / name)
         assert reasons[name] in (rejected / f"{name}.reason").read_text()
+
+
+def test_a_reject_folder_that_is_a_link_is_refused_and_nothing_leaves_the_data_root(data_root, box, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, paths.rejected_dir(data_root))  # inbox/_rejected -> a folder outside the data root
+    (box / "authorized_keys").write_bytes(b"ssh-ed25519 AAAA\n")
+    os.symlink(tmp_path / "elsewhere", box / "link.jsonl")
+    scan = inbox.scan_inbox(root=data_root)
+    assert list(outside.iterdir()) == []  # nothing moved or written through the link
+    assert sorted(n for n, _ in scan.rejected) == ["authorized_keys", "link.jsonl"]
+    assert "_rejected is a symbolic link" in scan.reject_error and "remove it" in scan.reject_error
+    assert (box / "authorized_keys").read_bytes() == b"ssh-ed25519 AAAA\n" and (box / "link.jsonl").is_symlink()
+    with pytest.raises(BatchError, match="symbolic link"):
+        inbox.reject_file("authorized_keys", "refused", data_root)
+    os.unlink(paths.rejected_dir(data_root))
+    paths.rejected_dir(data_root).write_bytes(b"")  # a file where the folder should be
+    with pytest.raises(BatchError, match="_rejected is not a folder"):
+        inbox.reject_file("authorized_keys", "refused", data_root)
+
+
+def test_a_planted_reason_link_in_the_reject_folder_is_not_written_through(data_root, box, tmp_path):
+    target = tmp_path / "outside.txt"
+    target.write_bytes(b"untouched\n")
+    rejected = paths.rejected_dir(data_root)
+    rejected.mkdir()
+    os.symlink(target, rejected / "bad name.jsonl.reason")
+    (box / "bad name.jsonl").write_bytes(b"{}\n")
+    inbox.scan_inbox(root=data_root)
+    assert target.read_bytes() == b"untouched\n"
+    assert (rejected / "bad name.jsonl.1").read_bytes() == b"{}\n"  # the next free name, with its own note
+    assert "refused" in (rejected / "bad name.jsonl.1.reason").read_text()
+
+
+def test_two_copies_staged_at_the_same_moment_give_exactly_one_original(data_root, box):
+    for trial in range(20):
+        data = _sample_bytes() + f'{{"trial": {trial}}}\n'.encode()  # new content: a fresh claim per trial
+        names = [f"race{trial}a.jsonl", f"race{trial}b.jsonl"]
+        for name in names:
+            _drop(box, name, data)
+        ids = [b.batch_id for b in inbox.scan_inbox(root=data_root).new if b.name in names]
+        start = threading.Barrier(len(ids))
+
+        def stage(batch_id):
+            start.wait()
+            return inbox.stage_batch(batch_id, data_root)
+
+        with ThreadPoolExecutor(len(ids)) as pool:
+            staged = list(pool.map(stage, ids))
+        originals = [s for s in staged if s.duplicate_of is None]
+        assert len(originals) == 1, f"trial {trial}: {len(originals)} originals"
+        (duplicate,) = [s for s in staged if s.duplicate_of is not None]
+        assert duplicate.duplicate_of == originals[0].batch_id and duplicate.path == originals[0].path
+        assert inbox.read_staged(duplicate.batch_id, data_root) == duplicate
+        assert not (paths.batches_dir(data_root) / f"{duplicate.batch_id}.jsonl").exists()  # kept once
 
 
 def test_files_still_being_written_are_ignored(data_root, box):

@@ -1,6 +1,7 @@
 """trace_batch_sensor and raw_traces through Dagster's own test APIs, on ephemeral instances."""
 
 import json
+import os
 
 import dagster as dg
 import pytest
@@ -79,6 +80,19 @@ def test_sensor_refuses_unsafe_names(instance, data_root):
     assert isinstance(result, dg.SkipReason) and "1 refused" in result.skip_message
     assert (paths.rejected_dir(data_root) / "bad name;rm.jsonl").exists()
     assert instance.get_dynamic_partitions(trace_batches.name) == []
+
+
+def test_a_linked_reject_folder_leaves_refused_files_in_place_and_the_tick_goes_on(instance, data_root, tmp_path):
+    drop_samples(data_root, n_batches=1)
+    inbox = paths.inbox_dir(data_root)
+    (inbox / "bad name.jsonl").write_bytes(b"{}\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, paths.rejected_dir(data_root))
+    result, _ = tick(instance, data_root)
+    (request,) = result.run_requests  # the good batch still gets its run
+    assert request.partition_key in instance.get_dynamic_partitions(trace_batches.name)
+    assert (inbox / "bad name.jsonl").exists() and list(outside.iterdir()) == []
 
 
 def materialize(instance, data_root, partition, **config):

@@ -15,23 +15,23 @@ from training_assets.traces import (
     DEFAULT_MAX_LINE_BYTES,
     BatchCaps,
     BatchError,
-    read_batch,
+    summarise_batch,
 )
 
 
 def _ingest(args: argparse.Namespace) -> int:
     try:
         caps = BatchCaps(args.max_line_bytes, args.max_batch_bytes, args.max_batch_lines)
-        result = read_batch(args.file, caps=caps)
+        summary = summarise_batch(args.file, caps=caps)  # streams: memory does not grow with the batch
     except (BatchError, ValueError) as exc:
         return fail(str(exc))
-    report = result.report()
+    report = summary.report()
     lines = [f"{report['path']}: {report['lines']} lines, {report['valid']} valid, "
              f"{report['quarantined']} quarantined ({report['quarantine_rate']:.1%})"]
     lines += [f"  {reason}: {count}" for reason, count in report["reasons"].items()]
     lines += [f"  line {q['line_no']}: {q['reason']}: {q['detail']}" for q in report["examples"]]
     emit(args, report, "\n".join(lines))
-    return 1 if args.strict and result.quarantined else 0
+    return 1 if args.strict and summary.quarantined else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

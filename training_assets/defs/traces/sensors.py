@@ -30,8 +30,11 @@ SENSOR_INTERVAL_S = int(os.environ.get("TRAINING_ASSETS_SENSOR_INTERVAL_S", "15"
 def trace_batch_sensor(context: dg.SensorEvaluationContext, data_root: DataRoot) -> dg.SensorResult | dg.SkipReason:
     seen = json.loads(context.cursor) if context.cursor else {}
     scan = inbox.scan_inbox(seen, root=data_root.root())
+    if scan.reject_error:
+        context.log.error(scan.reject_error)
+    where = "left in the inbox" if scan.reject_error else "moved to inbox/_rejected/"
     for name, reason in scan.rejected:
-        context.log.warning(f"inbox file {name!r} refused: {reason}; moved to inbox/_rejected/")
+        context.log.warning(f"inbox file {name!r} refused: {reason}; {where}")
     partitions = set(context.instance.get_dynamic_partitions(trace_batches.name))
     # Not in the cursor: new, or added by a tick that never got to its runs (a crash in between),
     # or the cursor was lost. A partition that already has a run is done; the others get one.
