@@ -9,7 +9,9 @@ With a ``base_url`` and an adapter, the adapter is loaded at runtime through vLL
 and ``--enable-lora``) and confirmed through ``GET /v1/models``. Without a server, or for a full
 model (vLLM cannot swap base weights at runtime), the exact ``vllm serve`` command is recorded
 instead. An unreachable or refusing server raises :class:`DeploymentError`; nothing is changed.
-Only the standard library is used: no HTTP client dependency.
+Requests go through ``http_client`` (standard library only): the connection goes to exactly the
+host and port the allow-list check parsed, and a 3xx answer is an error, never followed (the
+redirect would carry the key to a server nobody checked).
 
 Allow-list: no request (and so no ``VLLM_API_KEY``) ever goes to a server that is not allowed.
 The allowed servers are ``target.allowed_urls`` when given (the Dagster deployment resource
@@ -23,13 +25,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from training_assets import http_client
 
 HTTP_TIMEOUT_S = 10.0
 ALLOWED_URLS_ENV = "TRAINING_ASSETS_DEPLOY_ALLOWED_URLS"
@@ -60,15 +61,15 @@ class DeploymentTarget:
 
 
 def origin(url: str) -> tuple[str, str, int]:
-    """``(scheme, host, port)`` of an http(s) URL; a clear error for anything else."""
-    parsed = urllib.parse.urlparse(url.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise DeploymentError(f"deploy URL {url!r} is not an http(s) URL with a host (e.g. http://vllm:8000)")
+    """``(scheme, host, port)`` of an http(s) URL (``http_client.parse_url``); a clear error for anything else."""
+    return _parse(url).origin
+
+
+def _parse(url: str) -> http_client.Endpoint:
     try:
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    except ValueError:
-        raise DeploymentError(f"deploy URL {url!r} has an invalid port") from None
-    return parsed.scheme, parsed.hostname.lower(), port
+        return http_client.parse_url(url)
+    except http_client.BadURL as exc:
+        raise DeploymentError(f"deploy {exc}") from None
 
 
 def env_allowed_urls() -> tuple[str, ...] | None:
@@ -77,19 +78,24 @@ def env_allowed_urls() -> tuple[str, ...] | None:
     return urls or None
 
 
-def require_allowed(base_url: str, allowed_urls: Iterable[str] | None = None) -> None:
-    """Refuse ``base_url`` unless it is an allowed server (see the module docstring)."""
+def require_allowed(url: str, allowed_urls: Iterable[str] | None = None) -> http_client.Endpoint:
+    """Refuse ``url`` unless it is on an allowed server (module docstring); the parse that was checked.
+
+    Callers connect to the returned endpoint, not to the URL string: what was checked is what is
+    called (``http_client`` explains the URLs that parse two ways).
+    """
     allowed = tuple(allowed_urls) if allowed_urls is not None else env_allowed_urls()
-    target = origin(base_url)
+    endpoint = _parse(url)
     if allowed is None:
-        if target[1] in LOOPBACK_HOSTS:
-            return
-        raise DeploymentError(f"deploy URL {base_url} is not allowed: without {ALLOWED_URLS_ENV} only loopback servers "
+        if endpoint.host in LOOPBACK_HOSTS:
+            return endpoint
+        raise DeploymentError(f"deploy URL {url} is not allowed: without {ALLOWED_URLS_ENV} only loopback servers "
                               f"are; the operator adds it to {ALLOWED_URLS_ENV} (comma-separated) to allow it")
-    if target not in {origin(u) for u in allowed}:
-        raise DeploymentError(f"deploy URL {base_url} is not in the allow-list {sorted(allowed)} ({ALLOWED_URLS_ENV} or "
+    if endpoint.origin not in {origin(u) for u in allowed}:
+        raise DeploymentError(f"deploy URL {url} is not in the allow-list {sorted(allowed)} ({ALLOWED_URLS_ENV} or "
                               "the deployment resource): the API key is only sent to those servers; ask the operator "
                               "to add it, or leave base_url empty to use the configured server")
+    return endpoint
 
 
 @dataclass(frozen=True)
@@ -133,23 +139,20 @@ def serve_command(target: DeploymentTarget, checkpoint_dir: str | Path, base_mod
 
 def _request(base_url: str, method: str, path: str, body: dict[str, Any] | None = None,
              allowed_urls: Iterable[str] | None = None) -> tuple[int, str]:
-    require_allowed(base_url, allowed_urls)  # before the key is put into any header
-    url = base_url.rstrip("/") + path
+    endpoint = require_allowed(base_url.rstrip("/") + path, allowed_urls)  # before the key is put into any header
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"}
     if os.environ.get("VLLM_API_KEY"):  # a server started with --api-key (as in docker-compose) wants it
         headers["Authorization"] = f"Bearer {os.environ['VLLM_API_KEY']}"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:  # noqa: S310 - http(s) URL from config
-            return response.status, response.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise DeploymentError(f"vLLM server {base_url} unreachable ({method} {path}: {reason}); start it with "
+        status, answer = http_client.send(endpoint, method, data, headers, HTTP_TIMEOUT_S)
+    except http_client.Redirected as exc:
+        raise DeploymentError(f"vLLM server {base_url}: {exc}") from None
+    except http_client.Unreachable as exc:
+        raise DeploymentError(f"vLLM server {base_url} unreachable ({method} {path}: {exc.reason}); start it with "
                               "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora, or deploy without "
                               "base_url to record the serve command only") from None
+    return status, answer.decode("utf-8", "replace")
 
 
 def served_models(base_url: str, allowed_urls: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:

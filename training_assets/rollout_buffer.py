@@ -1,12 +1,11 @@
-"""Rollout staging for GRPO: prompt → generations (token ids + log-probs) → rewards → groups.
+"""Rollout staging for GRPO: prompt → generations (token ids + log-probs) → rewards → training rows.
 
 ``RolloutBuffer`` collects completions per prompt from any generator (local ``model.generate``
 or ``VLLMRolloutClient``), scores them with a reward function of the reward engine's shape
-``(completions, **columns) -> list[float]``, computes group-relative advantages, and exports
-rows in the ``grpo_groups`` format (``group_id, prompt, completions, rewards, advantages,
-expected_answer``) so online rollouts can be stored and replayed like the dataset. A group may
-also hold logged attempts next to the policy's samples (GRPO ``rollout="mixed"``): they arrive
-with their stored reward and assistant-token mask, and the advantages cover the whole group.
+``(completions, **columns) -> list[float]``, computes group-relative advantages, and hands the
+loop one row per generation (``rows``). A group may also hold logged attempts next to the
+policy's samples (GRPO ``rollout="mixed"``): they arrive with their stored reward and
+assistant-token mask, and the advantages cover the whole group.
 
 ``VLLMRolloutClient`` talks to a running vLLM OpenAI-compatible server (through
 ``vllm_client.VllmClient``: API key, allow-list, retries): ``POST /v1/completions``
@@ -22,8 +21,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from training_assets.storage import canonical_json
 
 
 @dataclass
@@ -84,13 +81,6 @@ class RolloutBuffer:
                  "completion_mask": g.completion_mask if g.completion_mask is not None else [1] * len(g.token_ids),
                  "old_logps": g.logprobs, "advantage": g.advantage, "reward": g.reward}
                 for s in self.prompts for g in s.generations]
-
-    def to_groups(self) -> list[dict[str, Any]]:
-        """Rows in the ``grpo_groups`` dataset format."""
-        return [{"group_id": s.group_id, "prompt": canonical_json(s.prompt),
-                 "completions": [canonical_json([{"role": "assistant", "content": g.text}]) for g in s.generations],
-                 "rewards": [g.reward for g in s.generations], "advantages": [g.advantage for g in s.generations],
-                 "expected_answer": s.expected_answer} for s in self.prompts]
 
     def mean_reward(self) -> float:
         rewards = [g.reward for s in self.prompts for g in s.generations if g.reward is not None]

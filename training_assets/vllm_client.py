@@ -10,7 +10,8 @@ The key is read from the environment variable *named* by ``api_key_env`` at each
 never stored in a config, a manifest or a log line) and sent as ``Authorization: Bearer <key>``.
 Before any request the URL must pass ``deploy.require_allowed``: the run config names the URL, so
 without an operator's allow-list (``$TRAINING_ASSETS_DEPLOY_ALLOWED_URLS``) only loopback servers
-receive the key and the prompts.
+receive the key and the prompts. Requests go through ``http_client`` to exactly the host and port
+that check parsed; a 3xx answer fails at once (never followed, never retried).
 
 Retries: 429, 5xx, connection errors and timeouts are retried up to ``max_attempts`` in all, waiting
 ``min(max_backoff_s, backoff_s · 2^k) · (1 + jitter · u)``, u ~ U[0, 1) (exponential backoff with
@@ -20,12 +21,15 @@ once. The last failure raises :class:`VllmError` naming the URL, the path and th
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from training_assets import http_client
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -61,7 +65,8 @@ class VllmClient:
         from training_assets.deploy import require_allowed
 
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        require_allowed(self.base_url, allowed_urls)  # before any request can carry the key
+        require_allowed(self.base_url, allowed_urls)  # fail at construction, before any request
+        self.allowed_urls = tuple(allowed_urls) if allowed_urls is not None else None
         self.api_key_env, self.retry, self.timeout_s = api_key_env, retry or RetryPolicy(), timeout_s
         self._sleep, self._rng = sleep, random.Random(seed)
         self.retries = 0  # retries so far, all requests (a figure for logs and tests)
@@ -69,13 +74,15 @@ class VllmClient:
 
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env)
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One request with the retries; returns the JSON body (or the text when it is not JSON)."""
-        import requests
+        from training_assets.deploy import require_allowed
 
         url = f"{self.base_url}{path}"
+        endpoint = require_allowed(url, self.allowed_urls)  # connect to exactly what was checked
+        data = json.dumps(body).encode() if body is not None else None
         last = ""
         status: int | None = None
         for attempt in range(self.retry.max_attempts):
@@ -84,27 +91,38 @@ class VllmClient:
                 self.retries += 1
                 self._sleep(self.retry.delay_s(attempt - 1, self._rng.random()))
             try:
-                response = requests.request(method, url, json=body, headers=self._headers(), timeout=self.timeout_s)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                status, last = None, f"unreachable ({type(exc).__name__}: {exc})"
+                status, answer = http_client.send(endpoint, method, data, self._headers(), self.timeout_s)
+            except http_client.Unreachable as exc:
+                status, last = None, f"unreachable ({exc.reason})"
                 continue
-            if response.status_code == 200:
+            except http_client.Redirected as exc:
+                raise VllmError(f"vLLM {exc}") from None
+            text = answer.decode("utf-8", "replace")
+            if status == 200:
                 try:
-                    return response.json()
+                    return json.loads(text)
                 except ValueError:
-                    return response.text
-            status, last = response.status_code, f"answered {response.status_code}: {response.text[:300]}"
-            if response.status_code == 401:
+                    return text  # vLLM answers the adapter endpoints in plain text
+            last = f"answered {status}: {text[:300]}"
+            if status == 401:
                 raise VllmError(f"vLLM {method} {url} answered 401 (unauthorised): put the server's API key in "
                                 f"${self.api_key_env}", status=401)
-            if response.status_code not in RETRY_STATUSES:
+            if status not in RETRY_STATUSES:
                 raise VllmError(f"vLLM {method} {url} {last}", status=status)
         raise VllmError(f"vLLM {method} {url} failed after {self.retry.max_attempts} attempt(s); last: {last}. "
                         "Check the server (or raise vllm_max_attempts), or use rollout='local'", status=status)
 
+    def request_json(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``request`` for an endpoint that answers a JSON object; anything else names the URL."""
+        answer = self.request(method, path, body)
+        if not isinstance(answer, dict):
+            raise VllmError(f"vLLM {method} {self.base_url}{path} answered 200 with {str(answer)[:200]!r}, not a JSON "
+                            "object: is the URL a vLLM OpenAI-compatible server?")
+        return answer
+
     def served_models(self) -> list[str]:
         """``GET /v1/models``: the names the server answers to (base model and loaded adapters)."""
-        return [card["id"] for card in self.request("GET", "/v1/models")["data"]]
+        return [card["id"] for card in self.request_json("GET", "/v1/models")["data"]]
 
     def load_adapter(self, name: str, path: str) -> None:
         """``POST /v1/load_lora_adapter``; a retried load whose first try got through is not an error."""
@@ -125,7 +143,7 @@ class VllmClient:
         body = {"model": model, "prompt": list(prompt_ids), "n": n, "max_tokens": max_tokens,
                 "temperature": temperature, "logprobs": 0, "return_tokens_as_token_ids": True}
         out = []
-        for choice in self.request("POST", "/v1/completions", body)["choices"]:
+        for choice in self.request_json("POST", "/v1/completions", body)["choices"]:
             lp = choice.get("logprobs") or {}
             tokens, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
             if len(tokens) != len(logps) or any(not str(t).startswith("token_id:") for t in tokens):

@@ -87,3 +87,24 @@ def test_a_non_loopback_address_without_a_token_is_refused(agent_env, host):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert f"refusing to serve on {host}" in out.decode() and "TRAINING_ASSETS_MCP_TOKEN" in out.decode()
+
+
+@pytest.mark.parametrize("header,passes", [
+    (b"Bearer s3cret", True), (b"bearer s3cret", True), (b"BEARER  s3cret", True),  # RFC 7235: any case
+    (b"Bearer wrong", False), (b"Bearer s3cret2", False), (b"Basic s3cret", False), (b"Bearers3cret", False),
+    (b"s3cret", False), (None, False)])
+def test_the_bearer_scheme_is_case_insensitive_and_the_token_exact(header, passes):
+    from training_assets.agent.http import BearerTokenMiddleware
+
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/mcp", "headers": [(b"authorization", header)] if header is not None else []}
+    anyio.run(BearerTokenMiddleware(app, "s3cret"), scope, None, send)
+    assert (reached == ["/mcp"]) is passes
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == ([] if passes else [401])

@@ -53,16 +53,23 @@ def test_unreachable_vllm_is_a_clear_error():
         client.generate([1], n=1, max_tokens=1, temperature=1.0)
 
 
-def test_buffer_scores_groups_and_exports_grpo_rows():
+def test_buffer_scores_groups_and_hands_out_training_rows():
     buffer = RolloutBuffer()
     staged = buffer.stage("g1", [{"role": "user", "content": "2+2?"}], [1, 2], expected_answer="4")
     staged.generations = [Generation("The answer is 4.", [5]), Generation("no idea", [6])]
-    buffer.score(lambda completions, expected_answer=None, **kw: [1.0 if "4" in c else 0.0 for c in completions])
-    (group,) = buffer.to_groups()
-    assert group["rewards"] == [1.0, 0.0] and group["advantages"][0] > 0 > group["advantages"][1]
-    assert abs(sum(group["advantages"])) < 1e-9
-    assert json.loads(group["completions"][0])[0]["content"] == "The answer is 4."
-    assert [r["advantage"] for r in buffer.rows()] == group["advantages"]
+    seen = []
+
+    def reward(completions, expected_answer=None, **kw):
+        seen.extend(json.loads(c)[0]["content"] for c in completions)
+        return [1.0 if "4" in c else 0.0 for c in completions]
+
+    buffer.score(reward)
+    rows = buffer.rows()
+    assert seen == ["The answer is 4.", "no idea"], "the reward reads each completion as an assistant message"
+    assert [r["reward"] for r in rows] == [1.0, 0.0] and rows[0]["advantage"] > 0 > rows[1]["advantage"]
+    assert abs(sum(r["advantage"] for r in rows)) < 1e-9
+    assert [(r["group_id"], r["prompt_ids"], r["completion_ids"], r["completion_mask"]) for r in rows] == \
+        [("g1", [1, 2], [5], [1]), ("g1", [1, 2], [6], [1])]
 
 
 def _tiny_lm(vocab=64, seed=0):

@@ -6,35 +6,51 @@
 For each stage of the workflow, the stage's owner persona gets its own MCP client session to a
 server that exposes only that persona's tools; the model sees those tools (as chat-completions
 ``tools``), its persona's system prompt and the stage's brief, and calls tools until it answers
-without a tool call (or runs out of turns). Tool calls go through the MCP session, so a persona
-asking for another's tool is refused by the server and the model reads the refusal. After a stage
-with a gate the loop reads the verdict of the evaluation run the persona executed in that stage
-(waiting for it if needed); a failed gate, or a gate nobody evaluated, stops the workflow.
+without a tool call. Tool calls go through the MCP session, so a persona asking for another's
+tool is refused by the server and the model reads the refusal. After a stage with a gate the loop
+reads the verdict of the evaluation run the persona executed in that stage (waiting for it if
+needed); a failed gate, or a gate nobody evaluated, stops the workflow.
+
+A stage is done only when its assets are: after the model's last turn the loop waits for the
+runs the stage launched and asks the run backend about each target asset, which must have been
+materialised by one of those runs or be fresh (``stale_targets``). A model that answers without
+doing the work, or one still calling tools when ``max_turns`` runs out, fails the stage and stops
+the workflow (``FAILURE``, naming the stage and the asset or the turn limit), since a report of
+SUCCESS over a stale ``registry_entry`` would be a lie.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 
 import anyio
 from pydantic import BaseModel, Field
 
+from training_assets import http_client
 from training_assets.agent import personas, workflow
 from training_assets.agent.errors import AgentError
 from training_assets.agent.models import GateVerdict
 from training_assets.agent.runs import RunBackend, make_backend
 from training_assets.agent.runtime import Runtime
 
+RUN_WAIT_S = 3600  # how long the loop waits for a run a stage launched (get_run's wait_s)
+
 
 class ChatEndpoint:
-    """POST ``<url>/chat/completions`` (OpenAI format, with tools); returns the assistant message."""
+    """POST ``<url>/chat/completions`` (OpenAI format, with tools); returns the assistant message.
+
+    The request carries the API key, so it goes through ``http_client``: to exactly the host the
+    URL names, never following a redirect. Every failure is one line naming the URL.
+    """
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout_s: float = 300.0) -> None:
         self.url = url.rstrip("/") + "/chat/completions"
+        try:
+            self.endpoint = http_client.parse_url(self.url)
+        except http_client.BadURL as exc:
+            raise AgentError(f"--model-url: {exc}") from None
         self.model, self.api_key, self.timeout_s = model, api_key, timeout_s
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -42,14 +58,17 @@ class ChatEndpoint:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                payload = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise AgentError(f"model endpoint {self.url} answered {exc.code}: {exc.read()[:300]!r}") from None
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise AgentError(f"model endpoint {self.url} unreachable: {exc}") from None
+            status, answer = http_client.send(self.endpoint, "POST", body, headers, self.timeout_s)
+        except http_client.RequestError as exc:
+            raise AgentError(f"model endpoint {exc}") from None
+        if status != 200:
+            raise AgentError(f"model endpoint {self.url} answered {status}: {answer[:300]!r}")
+        try:
+            payload = json.loads(answer)
+        except ValueError:
+            raise AgentError(f"model endpoint {self.url} answered 200 with {answer[:200]!r}, which is not JSON: "
+                             "--model-url must be an OpenAI-compatible base URL (…/v1)") from None
         try:
             return payload["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
@@ -67,11 +86,16 @@ class ToolCallRecord(BaseModel):
 class AgentStage(BaseModel):
     name: str
     persona: str
-    status: str = "PENDING"
+    status: str = Field("PENDING", description=(
+        "PENDING | RUNNING | DONE | GATE_FAILED | OUT_OF_TURNS | NOT_MATERIALISED"))
     tools_offered: list[str] = Field(default_factory=list)
     calls: list[ToolCallRecord] = Field(default_factory=list)
     answer: str = ""
+    turns: int = Field(0, description="Model turns the stage used.")
+    out_of_turns: bool = Field(False, description="The model was still calling tools when max_turns ran out.")
     gates: list[GateVerdict] = Field(default_factory=list)
+    stale_assets: dict[str, str] = Field(default_factory=dict, description=(
+        "The stage's assets that neither a run of this stage materialised nor are fresh, each with why."))
 
 
 class AgentRunReport(BaseModel):
@@ -122,7 +146,7 @@ async def _gate_verdicts(session: Any, stage: workflow.ResolvedStage, record: Ag
             out.append(GateVerdict(report=gate.asset, check=gate.check, passed=None,
                                    reasons=[f"{record.persona} did not execute an evaluation of {gate.asset} in this stage"]))
             continue
-        result = await session.call_tool("get_run", {"run_id": run_id, "wait_s": 3600})
+        result = await session.call_tool("get_run", {"run_id": run_id, "wait_s": RUN_WAIT_S})
         checks = [] if result.is_error else (result.structured_content or {}).get("checks", [])
         check = next((c for c in checks if c["asset"] == gate.asset and c["check"] == gate.check), None)
         if check is None:
@@ -133,6 +157,36 @@ async def _gate_verdicts(session: Any, stage: workflow.ResolvedStage, record: Ag
                                    reasons=[r.strip() for r in check["description"].split(";") if r.strip()],
                                    thresholds=(check.get("metadata") or {}).get("thresholds") or {}))
     return out
+
+
+def stale_targets(assets: list[str], states: dict[str, dict[str, Any]], stage_runs: set[str],
+                  forced: dict[str, str]) -> dict[str, str]:
+    """The stage's assets that are not done, each with why: done is materialised by a run of this
+    stage, or fresh (Dagster's staleness; a partitioned asset: every partition materialised).
+
+    An asset the task forces or configures must be materialised in this stage: its older
+    materialisation was made with other settings, so being fresh is not enough.
+    """
+    out = {}
+    for asset in assets:
+        state = states.get(asset) or {}
+        made_here = state.get("run_id") in stage_runs
+        if asset in forced and not made_here:
+            out[asset] = f"{forced[asset]}, but no run of this stage materialised it"
+        elif state.get("stale_status") != "FRESH" and not (made_here and not state.get("partitions")):
+            causes = "; ".join(state.get("stale_causes") or [])
+            out[asset] = (state.get("stale_status") or "MISSING").lower() + (f" ({causes})" if causes else "")
+    return out
+
+
+def _stage_runs(record: AgentStage) -> list[str]:
+    """Every run (or workflow) a tool call of this stage executed."""
+    runs: list[str] = []
+    for call in record.calls:
+        data = call.structured or {}
+        if data.get("executed"):
+            runs.extend(data.get("run_ids") or ([data["run_id"]] if data.get("run_id") else []))
+    return list(dict.fromkeys(runs))
 
 
 async def _drive_stage(endpoint: ChatEndpoint, backend: RunBackend, dagster_url: str | None,
@@ -152,7 +206,8 @@ async def _drive_stage(endpoint: ChatEndpoint, backend: RunBackend, dagster_url:
         offered = [openai_tool(t) for t in tools]
         messages: list[dict[str, Any]] = [{"role": "system", "content": persona.system_prompt()},
                                           {"role": "user", "content": stage_brief(spec, stage, task)}]
-        for _ in range(max_turns):
+        for turn in range(1, max_turns + 1):
+            record.turns = turn
             reply = await anyio.to_thread.run_sync(endpoint.complete, messages, offered)
             messages.append({k: v for k, v in reply.items() if k in ("role", "content", "tool_calls")} | {"role": "assistant"})
             calls = reply.get("tool_calls") or []
@@ -171,14 +226,38 @@ async def _drive_stage(endpoint: ChatEndpoint, backend: RunBackend, dagster_url:
                 record.calls.append(ToolCallRecord(tool=name, arguments=arguments, is_error=is_error, result=text,
                                                    structured=data))
                 messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": text})
+        else:
+            record.out_of_turns = True
+        runs = _stage_runs(record)
+        for run_id in runs:  # the asset check below reads what they materialised: let them finish
+            await session.call_tool("get_run", {"run_id": run_id, "wait_s": RUN_WAIT_S})
         record.gates = await _gate_verdicts(session, stage, record)
-    record.status = "GATE_FAILED" if any(g.passed is not True for g in record.gates) else "DONE"
+    states = await anyio.to_thread.run_sync(backend.asset_states, stage.assets)
+    record.stale_assets = stale_targets(stage.assets, states, set(runs), workflow.forced_assets(stage, task))
+    record.status = ("GATE_FAILED" if any(g.passed is not True for g in record.gates) else
+                     "OUT_OF_TURNS" if record.out_of_turns else
+                     "NOT_MATERIALISED" if record.stale_assets else "DONE")
     return record
+
+
+def stage_failure(record: AgentStage, max_turns: int) -> str | None:
+    """Why a stage without a failed gate still failed (out of turns, assets not done); None: it did not."""
+    reasons = []
+    if record.out_of_turns:
+        reasons.append(f"the model was still calling tools after {max_turns} turn(s) (--max-turns); raise it, or "
+                       "check why the model does not finish")
+    if record.stale_assets:
+        reasons.append("not materialised in this stage and not fresh: "
+                       + "; ".join(f"{a} ({why})" for a, why in record.stale_assets.items()))
+    return f"stage {record.name}: {'; '.join(reasons)}" if reasons else None
 
 
 async def run_agent(workflow_name: str, endpoint: ChatEndpoint, task: dict[str, Any] | None = None,
                     dagster_url: str | None = None, max_turns: int = 8, log: Any = print) -> AgentRunReport:
-    """Drive every stage of ``workflow_name`` with its owner persona; stop at a failed gate."""
+    """Drive every stage of ``workflow_name`` with its owner persona; stop at a failed gate, at a
+    stage that ran out of turns, or at one whose assets neither materialised nor are fresh."""
+    if max_turns < 1:
+        raise AgentError(f"max_turns must be at least 1, not {max_turns}")
     backend = make_backend(dagster_url)
     spec = workflow.load_workflow(workflow_name)
     parsed = workflow.parse_task(spec, task, backend.graph())
@@ -193,12 +272,17 @@ async def run_agent(workflow_name: str, endpoint: ChatEndpoint, task: dict[str, 
         for call in record.calls:
             log(f"  {call.tool}: {'refused/error: ' if call.is_error else ''}{call.result[:200]}")
         failed = next((g for g in record.gates if g.passed is not True), None)
+        problem = stage_failure(record, max_turns)
         if failed is not None:
             report.status, report.stopped_at = "STOPPED_AT_GATE", f"{stage.name} ({failed.report}.{failed.check})"
             report.reason = f"{failed.report} gate {'failed' if failed.passed is False else 'not evaluated'}: " \
-                            f"{'; '.join(failed.reasons)}"
-            log(f"stopped: {report.reason}")
-            break
+                            f"{'; '.join(failed.reasons)}" + (f"; {problem}" if problem else "")
+        elif problem is not None:
+            report.status, report.stopped_at, report.reason = "FAILURE", stage.name, problem
+        else:
+            continue
+        log(f"stopped: {report.reason}")
+        break
     return report
 
 

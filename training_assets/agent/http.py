@@ -1,8 +1,9 @@
 """The streamable-HTTP transport with a bearer token, and the loopback rule that needs one.
 
 ``serve_http`` binds the server's Starlette app with uvicorn; with a token every request must
-carry ``Authorization: Bearer <token>`` (compared in constant time), otherwise 401. Callers refuse
-a non-loopback bind address without a token (``is_loopback``).
+carry ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235; the token compared in
+constant time), otherwise 401. Callers refuse a non-loopback bind address without a token
+(``is_loopback``).
 """
 
 from __future__ import annotations
@@ -23,16 +24,27 @@ def is_loopback(host: str) -> bool:
         return False  # any other host name may resolve to an outside address
 
 
+def bearer_token(header: bytes) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` value; None for another scheme.
+
+    RFC 7235 §2.1: the scheme is case-insensitive (``bearer``, ``BEARER``), one or more spaces
+    before the token.
+    """
+    scheme, _, token = header.partition(b" ")
+    return token.lstrip(b" ") if scheme.lower() == b"bearer" else None
+
+
 class BearerTokenMiddleware:
     """ASGI middleware: 401 unless the request's bearer token is the configured one."""
 
     def __init__(self, app: Any, token: str) -> None:
-        self.app, self.expected = app, f"Bearer {token}".encode()
+        self.app, self.expected = app, token.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            given = bearer_token(dict(scope.get("headers") or []).get(b"authorization", b""))
+            # compare_digest on the token itself: the time taken says nothing about how much matched
+            if given is None or not hmac.compare_digest(given, self.expected):
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
                 await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
