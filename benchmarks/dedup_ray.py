@@ -54,7 +54,7 @@ def make_corpus(root: Path, n_docs: int, shard_docs: int) -> Path:
     from training_assets import data_engine
 
     texts, _ = synthetic(n_docs)
-    source = root.parent / "synthetic.parquet"
+    source = root / "synthetic.parquet"  # run config may only name files under the data root
     pq.write_table(pa.table({"id": [f"d{i:07d}" for i in range(n_docs)], "text": texts}), source,
                    row_group_size=shard_docs)
     held = root / "held_out" / "evals.jsonl"

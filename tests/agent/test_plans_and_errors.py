@@ -76,10 +76,23 @@ ONE_LINE_ERRORS = [
     ("execute_workflow", {"task": {"config": {"sft_checkpoint": {"max_stpes": 2}}}},
      ["task.config.sft_checkpoint.max_stpes", "did you mean max_steps"]),
     ("compose_reward", {"config": {"reward_weights": {"vibes": 1.0}}}, ["config.reward_weights", "unknown reward components"]),
+    # run config reaches only the data root (or $TRAINING_ASSETS_SOURCE_DIRS) and allowed Ray hosts
+    ("decontaminate_corpus", {"config": {"paths": ["/etc/passwd"]}},
+     ["config.paths[0]: /etc/passwd is outside the data root", "put the file under the data root",
+      "TRAINING_ASSETS_SOURCE_DIRS"]),
+    ("curate_corpus", {"config": {"extra_sources": ["/etc/hosts"]}}, ["config.extra_sources[0]: /etc/hosts is outside"]),
+    ("curate_corpus", {"config": {"ray_address": "ray://203.0.113.5:10001"}},
+     ["config.ray_address", "TRAINING_ASSETS_RAY_HOSTS"]),
+    ("evaluate_checkpoint", {"checkpoint": "sft_checkpoint", "config": {"cases_path": "/etc/passwd"}},
+     ["config.cases_path: /etc/passwd is outside"]),
+    ("execute_workflow", {"task": {"config": {"held_out_sets": {"paths": ["/etc/*.conf"]}}}},
+     ["task.config.held_out_sets.paths[0]: /etc is outside"]),
 ]
 
 
-def test_bad_input_is_a_one_line_tool_error_naming_the_input_and_the_server_keeps_serving(agent_env):
+def test_bad_input_is_a_one_line_tool_error_naming_the_input_and_the_server_keeps_serving(agent_env, monkeypatch):
+    for name in ("RAY_ADDRESS", "TRAINING_ASSETS_RAY_HOSTS", "TRAINING_ASSETS_SOURCE_DIRS"):
+        monkeypatch.delenv(name, raising=False)
     root, home = agent_env["root"], agent_env["home"]
     before = snapshot(root)
     server = build_server()
@@ -87,6 +100,7 @@ def test_bad_input_is_a_one_line_tool_error_naming_the_input_and_the_server_keep
     for (name, args, expected), result in zip(ONE_LINE_ERRORS, results):
         text = error_text(result)
         assert "\n" not in text and "Traceback" not in text, (name, text)
+        assert not text.startswith("Error executing tool"), "one shape for every tool error: no SDK prefix"
         for fragment in expected:
             assert fragment in text, (name, args, text)
     assert not results[-1].is_error and {a["asset"] for a in results[-1].structured_content["assets"]} >= {"sft_checkpoint"}
@@ -121,3 +135,20 @@ def test_execute_while_a_run_of_the_same_asset_is_in_flight_is_refused_and_cance
 @pytest.mark.parametrize("persona,expected", [(None, "mcp:any"), ("ml_orchestrator", "mcp:ml_orchestrator")])
 def test_runs_are_tagged_with_the_persona_that_launched_them(agent_env, persona, expected):
     assert build_server(persona=persona).runtime.launched_by == expected
+
+
+@pytest.mark.parametrize("asset", ["base_checkpoint", "curated_corpus"])
+def test_dataset_lineage_answers_without_serializer_warnings(data_root, asset):
+    import warnings
+
+    from tests.agent.test_workflow_driver import ScriptedBackend
+    from training_assets.agent.runtime import Runtime
+
+    server = build_server(runtime=Runtime(backend=ScriptedBackend()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a pydantic serializer warning fails the call
+        result = call(server, "dataset_lineage", {"asset": asset})
+    assert not result.is_error, result.content
+    answer = result.structured_content
+    assert answer["asset"]["asset"] == asset and answer["upstream"][0]["reason"] == "FRESH"
+    assert all(c["asset"] == asset for c in answer["asset"]["checks"])

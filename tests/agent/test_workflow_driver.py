@@ -11,12 +11,13 @@ class ScriptedBackend:
     """Every asset fresh unless listed in ``missing``; a run succeeds, except ``failing`` assets, and
     evaluates each gate it materialises as ``gates`` says (default: passed)."""
 
-    def __init__(self, missing=(), gates=None, failing=(), gate_state=None):
+    def __init__(self, missing=(), gates=None, failing=(), gate_state=None, judged_at=None):
         from training_assets.defs.agent_catalog import describe_graph
 
         self._graph = describe_graph()
         self.missing, self.gates, self.failing = set(missing), gates or {}, set(failing)
         self.gate_state = gate_state or {}  # asset -> latest evaluation for a reused report
+        self.judged_at = judged_at or {}  # asset -> the thresholds its latest evaluation was judged against
         self.launched: list[tuple[list[str], str | None]] = []
         self.runs: dict[str, dict] = {}
 
@@ -27,11 +28,13 @@ class ScriptedBackend:
         out = {}
         for key in keys if keys is not None else self._graph:
             node, missing = self._graph[key], key in self.missing
-            checks = [{"name": c["name"], "passed": self.gate_state.get(key, True), "description": "latest", "run_id": "old"}
+            checks = [{"name": c["name"], "passed": self.gate_state.get(key, True), "description": "latest", "run_id": "old",
+                       "metadata": {"thresholds": self.judged_at[key]} if key in self.judged_at else {}}
                       for c in node["checks"]]
             out[key] = {"asset": key, "materialized": not missing, "data_version": None if missing else "v1",
                         "stale_status": "MISSING" if missing else "FRESH", "stale_causes": [], "checks": checks,
-                        "metadata": {"version": 1} if key == "registry_entry" else {},
+                        "metadata": {"version": 1} if key == "registry_entry" else
+                                    {"pass_rate": 0.25} if key.endswith("_eval_report") else {},
                         "partitions": {"missing": [], "known": ["b1"], "total": 1} if node["partitioned"] else None}
         return out
 
@@ -129,3 +132,57 @@ def test_train_pretrain_retrains_the_base_checkpoint(tmp_path, train, forced):
     drive(tmp_path, backend, {"train": train})
     ran = [a for assets, _ in backend.launched for a in assets]
     assert ran == (["base_checkpoint", "sft_checkpoint"] if forced else [])
+
+
+STORED_AT_HALF = {"sft_eval_report": {"min_pass_rate": 0.5, "max_bpb_vs_uniform": 0.97}}
+REEVALUATE = "failed at min_pass_rate 0.500 (pass rate 0.250); now min_pass_rate 0.000 -> will re-evaluate"
+
+
+def test_a_gate_failed_at_another_threshold_is_re_evaluated_not_sticky(tmp_path):
+    # the last run set sft_eval_report.min_pass_rate=0.5 and failed; this one leaves it at the default 0.0
+    backend = ScriptedBackend(gate_state={"sft_eval_report": False}, judged_at=STORED_AT_HALF)
+    report = drive(tmp_path, backend)
+    assert report.status == "SUCCESS", report.reason
+    assert ["sft_eval_report"] in [assets for assets, _ in backend.launched]
+    eval_stage = next(s for s in report.stages if s.name == "eval")
+    assert eval_stage.materialize[0].reason == REEVALUATE and eval_stage.gates[0].passed is True
+
+
+def test_the_plan_shows_the_stored_verdict_and_a_threshold_change_re_evaluates(tmp_path):
+    from training_assets.commands.workflow import _lines
+
+    spec = workflow.load_workflow()
+    backend = ScriptedBackend(gate_state={"sft_eval_report": False}, judged_at=STORED_AT_HALF)
+    plan = workflow.plan_workflow(spec, workflow.parse_task(spec, None, backend.graph()), backend, tmp_path)
+    eval_stage = next(s for s in plan.stages if s.name == "eval")
+    assert [s.asset for s in eval_stage.materialize] == ["sft_eval_report"]
+    assert f"gate sft_eval_report.eval_gate: pending - {REEVALUATE}" in "\n".join(_lines(plan))
+
+    backend.judged_at = {"sft_eval_report": {"min_pass_rate": 0.0, "max_bpb_vs_uniform": 0.97}}  # as in force now
+    plan = workflow.plan_workflow(spec, workflow.parse_task(spec, None, backend.graph()), backend, tmp_path)
+    kept = next(s for s in plan.stages if s.name == "eval")
+    assert kept.materialize == [] and kept.gates[0].passed is False, "the stored verdict, which will stop the workflow"
+    assert kept.gates[0].thresholds["min_pass_rate"] == 0.0 and "gate sft_eval_report.eval_gate: FAILED" in "\n".join(_lines(plan))
+
+
+def test_the_estimate_is_unknown_when_a_trainer_runs_epochs_over_a_dataset_not_built(tmp_path):
+    from training_assets.commands.workflow import _lines
+
+    spec, backend = workflow.load_workflow(), ScriptedBackend()
+    epochs = workflow.parse_task(spec, {"config": {"sft_checkpoint": {"max_steps": -1}}}, backend.graph())
+    plan = workflow.plan_workflow(spec, epochs, backend, tmp_path)
+    assert plan.estimated_steps is None and "(estimated training steps: unknown)" in _lines(plan)[0]
+    steps = workflow.parse_task(spec, {"config": {"sft_checkpoint": {"max_steps": 5}}}, backend.graph())
+    adapters = sum(backend.graph()[a]["config"]["max_steps"]["default"] for a in ("dpo_checkpoint", "grpo_checkpoint"))
+    assert workflow.plan_workflow(spec, steps, backend, tmp_path).estimated_steps == 5 + adapters, "sft, then both adapters"
+
+
+def test_the_executed_workflows_report_keeps_the_plans_estimate(tmp_path, monkeypatch):
+    class Started:  # the detached driver is not started: only what start() records is under test
+        pid = 4242
+
+    monkeypatch.setattr(workflow_driver.subprocess, "Popen", lambda *a, **k: Started())
+    spec = workflow.load_workflow()
+    task = workflow.parse_task(spec, None, ScriptedBackend().graph())
+    started = workflow_driver.start(spec, task, None, "cli:workflow", tmp_path, estimated_steps=7)
+    assert workflow_driver.read_report(tmp_path, started.workflow_id).estimated_steps == 7

@@ -91,7 +91,7 @@ def test_synthetic_planted_duplicates_same_answer(cluster, data_root, tmp_path):
     held.parent.mkdir()
     held.write_text(json.dumps({"id": "e1", "prompt": records[17]["text"]}) + "\n")  # one planted contamination
     data_engine.write_held_out_sets([held], data_root)
-    source = tmp_path / "synthetic.parquet"
+    source = data_root / "synthetic.parquet"  # sources must lie under the data root (paths.confine_path)
     pq.write_table(pa.Table.from_pylist(records), source, row_group_size=500)
     options = {"extra_sources": (str(source),)}
     local = data_engine.curate(data_root, CurationConfig(**options))

@@ -72,7 +72,7 @@ def test_pipeline_stages_in_process_give_the_local_files(data_root, tmp_path):
     held.parent.mkdir()
     held.write_text(json.dumps({"id": "e1", "prompt": records[40]["text"]}) + "\n")
     data_engine.write_held_out_sets([held], data_root)
-    source = tmp_path / "docs.parquet"
+    source = data_root / "docs.parquet"  # sources must lie under the data root (paths.confine_path)
     pq.write_table(pa.Table.from_pylist(records), source, row_group_size=150)
     config = CurationConfig(extra_sources=(str(source),))
     local = data_engine.curate(data_root, config)

@@ -9,15 +9,21 @@ Field names and defaults come from the Definitions (``graph`` is ``describe_grap
 an asset's ``dg.Config`` gains is accepted without touching this module. What is hand-kept here
 is only what the graph cannot say: the tool → asset table, the subsets of ``curated_corpus``
 that ``dedup_corpus`` / ``decontaminate_corpus`` own, the TrainConfig spellings of the LoRA
-fields, and the TrainConfig fields the graph itself decides (the base model, where a run writes).
+fields, the TrainConfig fields the graph itself decides (the base model, where a run writes), and
+the config fields that name a file or a host (``REACH_FIELDS``), which ``check_reach`` holds to the
+operator's allow-lists (``paths.confine_path`` / ``confine_ray_address``) before anything runs.
 """
 
 from __future__ import annotations
 
+import glob
+import re
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from training_assets.agent.errors import ToolInputError
+from training_assets import paths
+from training_assets.agent.errors import AgentError, ToolInputError
 
 # tool -> the assets its config may set, in order (the last one is the tool's target)
 TOOL_ASSETS: dict[str, tuple[str, ...]] = {
@@ -47,6 +53,14 @@ FIELD_SUBSETS: dict[str, dict[str, set[str]]] = {
                              "curated_corpus": {"decontam_ngram", "decontam_min_ngram"}},
     "compose_reward": {"grpo_groups": {"reward_weights", "scale_rewards"}},
 }
+# Config fields that name what a run reads or connects to: glob patterns, files, a Ray cluster.
+REACH_FIELDS: dict[str, Literal["glob", "file", "host"]] = {
+    "paths": "glob",  # held_out_sets
+    "extra_sources": "file",  # curated_corpus
+    "cases_path": "file",  # the eval reports ("" = the shipped suite)
+    "ray_address": "host",  # curated_corpus (None = $RAY_ADDRESS)
+}
+GLOB_MAGIC = re.compile(r"[*?[]")
 # TrainConfig spelling -> the checkpoint assets' Dagster config field
 TRAIN_ALIASES = {("lora", "r"): "lora_r", ("lora", "alpha"): "lora_alpha"}
 # TrainConfig fields the asset graph decides for a checkpoint asset, and why
@@ -168,3 +182,33 @@ def train_config_fields(asset: str, effective: Mapping[str, Any]) -> dict[str, A
     from training_assets.defs.training.config import overrides
 
     return overrides(config_class(asset)(**effective))
+
+
+def _glob_reach(pattern: str) -> list[str]:
+    """What a glob pattern can open: its literal folder (the parts before the first wildcard) and
+    every file it matches now (a match may be a symlink pointing elsewhere)."""
+    parts = Path(pattern).parts
+    fixed = next((i for i, part in enumerate(parts) if GLOB_MAGIC.search(part)), len(parts))
+    base = str(Path(*parts[:fixed])) if fixed else "."
+    return [base, *sorted(glob.glob(pattern))]
+
+
+def check_reach(values: Mapping[str, Any], where: str) -> None:
+    """Refuse a config value (``REACH_FIELDS``) that reaches a file outside the data root and the
+    allowed source folders, or a Ray cluster on a host not allowed; ``where`` prefixes the field
+    (``config``, ``task.config.held_out_sets``). Values of the wrong type are left to validation."""
+    for name, kind in REACH_FIELDS.items():
+        value = values.get(name)
+        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for i, item in items:
+            if not isinstance(item, str) or not item:
+                continue
+            field = f"{where}.{name}" + (f"[{i}]" if i is not None else "")
+            try:
+                if kind == "host":
+                    paths.confine_ray_address(item, field)
+                else:
+                    for target in _glob_reach(item) if kind == "glob" else [item]:
+                        paths.confine_path(target, field)
+            except ValueError as exc:
+                raise AgentError(str(exc)) from None

@@ -240,7 +240,9 @@ class WorkflowReport(BaseModel):
     status: WorkflowStatus
     task: Task
     stages: list[StageReport]
-    estimated_steps: int = Field(0, description="Optimizer steps the training stages that will run plan for.")
+    estimated_steps: int | None = Field(None, description=(
+        "Optimizer steps the training stages that will run plan for; None: unknown (a stage trains for epochs "
+        "over a dataset not built yet)."))
     registry_version: int | None = None
     stopped_at: str | None = Field(None, description="The stage (and gate) that stopped the workflow.")
     reason: str = ""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import TypeAdapter, ValidationError
@@ -97,10 +97,14 @@ class TrainingAssetsServer(MCPServer):
             raise ToolError(f"{unknown[0]}: unknown argument of {name}; it takes {sorted(self._params[name])}")
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:  # stays Unexpected: the SDK logs its traceback
+            raise UnexpectedToolError(f"internal error in {name}; the server log has the traceback") from exc
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
                 raise ToolError(_validation_line(name, exc.__cause__)) from None
-            raise
+            # The SDK prefixes what a tool raised with "Error executing tool <name>: "; the errors
+            # raised here do not carry it, so every tool error reads the same: "<input>: <fix>".
+            raise ToolError(str(exc).removeprefix(f"Error executing tool {name}: ")) from None
 
 
 def _warm_up(runtime: Runtime) -> None:

@@ -10,6 +10,7 @@ its gate is the blocking asset check named in the YAML. Executing is ``workflow_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ def parse_task(spec: WorkflowSpec, task: dict[str, Any] | None, graph: dict[str,
         if asset not in graph:
             raise ToolInputError(f"task.config.{asset}", f"unknown asset; one of {sorted(graph)}")
         per_asset[asset] = graph_map.asset_run_config(asset, fields, graph, f"task.config.{asset}")
+        graph_map.check_reach(per_asset[asset], f"task.config.{asset}")
     return Task(train=values["train"], align=values["align"], config=per_asset)
 
 
@@ -155,15 +157,64 @@ def gate_thresholds(effective: dict[str, Any]) -> dict[str, Any]:
     return {k: effective[k] for k in names if k in effective}
 
 
+def stored_verdict(gate: Gate, state: Mapping[str, Any]) -> GateVerdict:
+    """The gate's latest evaluation as the instance recorded it, with the thresholds it was judged against."""
+    for check in state.get("checks", []):
+        if check["name"] == gate.check:
+            reasons = [r.strip() for r in (check.get("description") or "").split(";") if r.strip()]
+            return GateVerdict(report=gate.asset, check=gate.check, passed=check.get("passed"), reasons=reasons,
+                               run_id=check.get("run_id"), thresholds=(check.get("metadata") or {}).get("thresholds") or {})
+    return GateVerdict(report=gate.asset, check=gate.check, passed=None, reasons=["the gate was never evaluated"])
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def reevaluation(gate: Gate, state: Mapping[str, Any], thresholds: Mapping[str, Any]) -> str | None:
+    """Why a stored verdict no longer holds: it was reached against other thresholds than ``thresholds``
+    (those in force now), e.g. ``failed at min_pass_rate 0.500 (pass rate 0.250); now min_pass_rate
+    0.000 -> will re-evaluate``; None when it still holds or was never reached.
+
+    Dagster's staleness ignores config, so a report judged at another threshold looks fresh: its
+    verdict would stick (a gate failed at 0.5 would stop every later run at 0.0) without this.
+    """
+    stored = stored_verdict(gate, state)
+    if stored.passed is None:
+        return None
+    changed = [k for k, v in thresholds.items() if k in stored.thresholds and stored.thresholds[k] != v]
+    if not changed:
+        return None
+    rate = (state.get("metadata") or {}).get("pass_rate")
+    measured = f" (pass rate {rate:.3f})" if isinstance(rate, int | float) else ""
+    was = ", ".join(f"{k} {_shown(stored.thresholds[k])}" for k in changed)
+    now = ", ".join(f"{k} {_shown(thresholds[k])}" for k in changed)
+    return f"{'passed' if stored.passed else 'failed'} at {was}{measured}; now {now} -> will re-evaluate"
+
+
+def gate_reevaluations(stage: ResolvedStage, task: Task, states: Mapping[str, Any],
+                       graph: Mapping[str, Any]) -> dict[str, str]:
+    """The stage's eval reports whose stored verdict was reached under other thresholds than the
+    task's: asset -> why it runs again (``reevaluation``)."""
+    out = {}
+    for gate in (g for g in stage.gates if g.asset in stage.assets):
+        effective = graph_map.effective_config(gate.asset, task.config.get(gate.asset, {}), graph)
+        why = reevaluation(gate, states.get(gate.asset, {}), gate_thresholds(effective))
+        if why is not None:
+            out[gate.asset] = why
+    return out
+
+
 def plan_workflow(spec: WorkflowSpec, task: Task, backend: Any, root: Path) -> WorkflowReport:
     """Per stage: what would run and why, what is reused, the gate and its thresholds, training plans."""
     graph = backend.graph()
     states = backend.asset_states()
     check_merge_inputs(task, states)
     will_run: set[str] = set()
-    stages, steps = [], 0
+    stages, steps, unknown = [], 0, False
     for stage in resolve_stages(spec, task):
-        decision = decide(graph, states, stage.assets, forced_assets(stage, task), will_run)
+        regate = gate_reevaluations(stage, task, states, graph)
+        decision = decide(graph, states, stage.assets, forced_assets(stage, task) | regate, will_run)
         report = StageReport(name=stage.name, owner=stage.owner, tools=stage.tools, materialize=decision.materialize,
                              reused=decision.reused)
         if any(graph[a]["partitioned"] for a in stage.assets):
@@ -187,10 +238,22 @@ def plan_workflow(spec: WorkflowSpec, task: Task, backend: Any, root: Path) -> W
                     report.training_plan = plan
                 elif effective.get("max_steps", 0) > 0:
                     steps += effective["max_steps"]
+                else:  # epochs over a dataset not built yet: its size, so the steps, are not known
+                    unknown = True
         for gate in stage.gates:
-            effective = graph_map.effective_config(gate.asset, task.config.get(gate.asset, {}), graph)
-            report.gates.append(GateVerdict(report=gate.asset, check=gate.check, passed=None,
-                                            thresholds=gate_thresholds(effective)))
+            report.gates.append(_planned_verdict(gate, task, states.get(gate.asset, {}), decision.assets, regate, graph))
         stages.append(report)
     return WorkflowReport(name=spec.name, executed=False, status="PLANNED", task=task, stages=stages,
-                          estimated_steps=steps)
+                          estimated_steps=None if unknown else steps)
+
+
+def _planned_verdict(gate: Gate, task: Task, state: Mapping[str, Any], runs: list[str], regate: Mapping[str, str],
+                     graph: Mapping[str, Any]) -> GateVerdict:
+    """What the plan says of a gate: pending when its report runs (and why, when it runs again
+    because the thresholds changed), else the stored verdict the workflow will stop or go on by."""
+    thresholds = gate_thresholds(graph_map.effective_config(gate.asset, task.config.get(gate.asset, {}), graph))
+    if gate.asset in runs:
+        return GateVerdict(report=gate.asset, check=gate.check, passed=None, thresholds=thresholds,
+                           reasons=[regate[gate.asset]] if gate.asset in regate else [])
+    stored = stored_verdict(gate, state)
+    return stored.model_copy(update={"thresholds": stored.thresholds or thresholds})

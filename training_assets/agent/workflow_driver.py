@@ -29,7 +29,7 @@ from training_assets.agent.planning import decide
 from training_assets.agent.runs import (LAUNCHED_BY_TAG, STAGE_TAG, WORKFLOW_TAG, RunBackend, make_backend,
                                         run_report)
 from training_assets.agent.workflow import (ResolvedStage, WorkflowSpec, check_merge_inputs, forced_assets,
-                                            load_workflow, resolve_stages)
+                                            gate_reevaluations, load_workflow, resolve_stages, stored_verdict)
 
 MODULE = "training_assets.agent.workflow_driver"
 STAGE_OWNER_TAG = "training_assets/stage_owner"
@@ -83,12 +83,14 @@ def request_cancel(root: Path, workflow_id: str) -> None:
     (workflow_dir(root, workflow_id) / "cancel").write_text("requested\n", encoding="utf-8")
 
 
-def start(spec: WorkflowSpec, task: Task, backend_url: str | None, launched_by: str, root: Path) -> WorkflowReport:
-    """Record the workflow (RUNNING, every stage PENDING) and start its detached driver."""
+def start(spec: WorkflowSpec, task: Task, backend_url: str | None, launched_by: str, root: Path,
+          estimated_steps: int | None = None) -> WorkflowReport:
+    """Record the workflow (RUNNING, every stage PENDING, the plan's ``estimated_steps``, None:
+    unknown) and start its detached driver."""
     workflow_id = f"wf-{uuid.uuid4().hex[:12]}"
     stages = [StageReport(name=s.name, owner=s.owner, tools=s.tools) for s in resolve_stages(spec, task)]
     report = WorkflowReport(name=spec.name, workflow_id=workflow_id, executed=True, status="RUNNING", task=task,
-                            stages=stages, launched_by=launched_by)
+                            stages=stages, launched_by=launched_by, estimated_steps=estimated_steps)
     folder = workflow_dir(root, workflow_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "backend").write_text(backend_url or "", encoding="utf-8")
@@ -116,15 +118,6 @@ def _verdict_from_run(gate: Any, run: RunReport | None) -> GateVerdict | None:
             return GateVerdict(report=gate.asset, check=gate.check, passed=check.passed, reasons=reasons,
                                run_id=run.run_id, thresholds=check.metadata.get("thresholds") or {})
     return None
-
-
-def _verdict_from_state(gate: Any, state: dict[str, Any]) -> GateVerdict:
-    for check in state.get("checks", []):
-        if check["name"] == gate.check:
-            reasons = [r.strip() for r in (check.get("description") or "").split(";") if r.strip()]
-            return GateVerdict(report=gate.asset, check=gate.check, passed=check.get("passed"), reasons=reasons,
-                               run_id=check.get("run_id"), thresholds=(check.get("metadata") or {}).get("thresholds") or {})
-    return GateVerdict(report=gate.asset, check=gate.check, passed=None, reasons=["the gate was never evaluated"])
 
 
 class Driver:
@@ -155,7 +148,9 @@ class Driver:
         if partitioned:
             self.backend.register_new_batches()
         states = self.backend.asset_states(stage.assets + [g.asset for g in stage.gates])
-        decision = decide(self.graph, states, stage.assets, forced_assets(stage, self.report.task))
+        # a report judged against other thresholds than the task's runs again (its verdict is not sticky)
+        forced = forced_assets(stage, self.report.task) | gate_reevaluations(stage, self.report.task, states, self.graph)
+        decision = decide(self.graph, states, stage.assets, forced)
         rep.materialize, rep.reused = decision.materialize, decision.reused
         runs: list[RunReport] = []
         missing = sorted({m for a in partitioned for m in (states[a].get("partitions") or {}).get("missing", [])})
@@ -170,7 +165,7 @@ class Driver:
         last = runs[-1] if runs else None
         for gate in stage.gates:
             ran = last is not None and gate.asset in last.assets
-            verdict = _verdict_from_run(gate, last) if ran else _verdict_from_state(gate, states.get(gate.asset, {}))
+            verdict = _verdict_from_run(gate, last) if ran else stored_verdict(gate, states.get(gate.asset, {}))
             if verdict is None:
                 verdict = GateVerdict(report=gate.asset, check=gate.check, passed=None,
                                       reasons=[f"run {last.run_id} ended {last.status} before the gate was evaluated"])

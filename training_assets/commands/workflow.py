@@ -32,7 +32,8 @@ def _task(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _lines(report: Any) -> list[str]:
-    out = [f"{report.name} {report.workflow_id or ''} {report.status} (estimated training steps: {report.estimated_steps})"]
+    steps = "unknown" if report.estimated_steps is None else report.estimated_steps
+    out = [f"{report.name} {report.workflow_id or ''} {report.status} (estimated training steps: {steps})"]
     for stage in report.stages:
         runs = f" runs {', '.join(r[:8] for r in stage.run_ids)}" if stage.run_ids else ""
         todo = ", ".join(f"{s.asset} ({s.reason})" for s in stage.materialize) or "-"
@@ -62,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         if workflow_driver.running_workflows(rt.root):
             return fail("a workflow is still running (training-assets workflow status ID); wait for it first")
-        report = workflow_driver.start(spec, task, args.dagster_url, "cli:workflow", rt.root)
+        report = workflow_driver.start(spec, task, args.dagster_url, "cli:workflow", rt.root, plan.estimated_steps)
     except (AgentError, ValueError, FileNotFoundError) as exc:
         return fail(str(exc))
     if args.detach:

@@ -104,10 +104,15 @@ class CurationConfig:
 
 def write_held_out_sets(files: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str] | None = None,
                         fields: Sequence[str] = ("prompt",)) -> dict[str, Any]:
-    """Validate held-out JSONL files and store their examples; returns counts and the data version."""
+    """Validate held-out JSONL files and store their examples; returns counts and the data version.
+
+    Every file must lie under the data root or an allowed source folder (``paths.confine_path``):
+    the list comes from run config."""
     if not files:
         raise ValueError("held_out_sets: no held-out files matched; put JSONL files under "
                          f"{paths.data_root(root) / 'held_out'} or configure the paths")
+    for i, f in enumerate(files):
+        paths.confine_path(f, f"held_out_sets paths[{i}]", root)
     examples = load_held_out(files, fields)
     manifest = {"files": {Path(f).name: sha256_file(f) for f in sorted(map(str, files))}, "fields": list(fields)}
     table = pa.table({"eval_set": [e.eval_set for e in examples], "id": [e.example_id for e in examples],
@@ -154,8 +159,12 @@ def gather_records(root: str | os.PathLike[str] | None, extra_sources: Sequence[
 
     Returns (records, repeats): a trace whose id already came in an earlier batch (batches in id
     order) is a repeat, not a new record: its record id becomes ``<trace id>@<batch id>`` and it
-    is dropped before any stage, its decision naming the batch that had it first.
+    is dropped before any stage, its decision naming the batch that had it first. Extra sources
+    must lie under the data root or an allowed source folder (``paths.confine_path``), checked
+    before any record is read.
     """
+    for i, source in enumerate(extra_sources):
+        paths.confine_path(source, f"extra_sources[{i}]", root)
     records, repeats = [], []
     first_batch: dict[str, str] = {}
     for batch_id in ingest.materialized_batches(root):

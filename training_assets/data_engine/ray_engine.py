@@ -56,7 +56,10 @@ def import_ray() -> Any:
 
 def plan_shards(root: Path, extra_sources: tuple[str, ...], shard_docs: int) -> list[dict[str, Any]]:
     """Input shards in input order: slices of ``shard_docs`` records of each trace partition, row-group
-    slices of Parquet extra sources, and other extra sources whole."""
+    slices of Parquet extra sources, and other extra sources whole. Extra sources must lie under the
+    data root or an allowed source folder (``paths.confine_path``), as for the local engine."""
+    for i, source in enumerate(extra_sources):
+        paths.confine_path(source, f"extra_sources[{i}]", root)
     specs = []
     for batch_id in ingest.materialized_batches(root):
         n = pq.ParquetFile(ingest.raw_traces_dir(batch_id, root) / ingest.TRACES_FILE).metadata.num_rows
@@ -101,7 +104,12 @@ class Stages:
 
 
 def connect(ray: Any, address: str | None) -> tuple[bool, str | None]:
-    """Connect to the cluster unless this process already is: -> (connected here, dashboard URL)."""
+    """Connect to the cluster unless this process already is: -> (connected here, dashboard URL).
+
+    A given ``address`` must be on an allowed host (``paths.confine_ray_address``: loopback, the
+    ``$RAY_ADDRESS`` host, ``$TRAINING_ASSETS_RAY_HOSTS``): the corpus is shipped to that cluster."""
+    if address:
+        paths.confine_ray_address(address, "ray_address")
     if ray.is_initialized():
         return False, None
     address = address or os.environ.get("RAY_ADDRESS")

@@ -61,6 +61,8 @@ def plan_action(rt: Runtime, tool: str, config: dict[str, Any] | None, assets: t
     assets = assets or graph_map.tool_target(tool)
     per_asset = graph_map.to_run_config(tool, config, graph, assets)
     validate_config(rt, per_asset)
+    for values in per_asset.values():
+        graph_map.check_reach(values, "config")
     target = assets[-1]
     forced = {a: "config given" for a in per_asset}
     forced[target] = "config given" if target in per_asset else "requested"

@@ -10,11 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training_assets.agent import graph_map
 from training_assets.agent.errors import ToolInputError
-from training_assets.agent.models import ActionResult, AssetState, LineageResult
+from training_assets.agent.models import ActionResult, AssetStep, LineageResult
 from training_assets.agent.planning import ancestors
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.actions import producer_hint, run_action
 from training_assets.agent.tools.base import ConfigArg, OptionsArg, blocking, runtime, tool
+from training_assets.agent.tools.observe import asset_state
 
 
 def _corpus_facts(rt: Runtime, result: ActionResult) -> dict[str, Any]:
@@ -28,7 +29,8 @@ async def curate_corpus(ctx: Context, config: ConfigArg = None, options: Options
     """Materialise curated_corpus: every trace batch rendered to text, normalised, quality-filtered,
     deduplicated (exact + MinHash/LSH) and decontaminated against the held-out sets, each record kept
     or dropped with a reason. New inbox batches are ingested first (one run each, local instance).
-    Config: curated_corpus and held_out_sets fields. Plans by default."""
+    Config: curated_corpus and held_out_sets fields; files (paths, extra_sources) must lie under the
+    data root or $TRAINING_ASSETS_SOURCE_DIRS, ray_address on an allowed host. Plans by default."""
     return await run_action(ctx, "curate_corpus", config, options, details=_corpus_facts)
 
 
@@ -45,7 +47,8 @@ async def dedup_corpus(ctx: Context, config: ConfigArg = None, options: OptionsA
 async def decontaminate_corpus(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
     """Re-run decontamination against the held-out eval sets: held_out_sets paths/fields and the
     n-gram index settings (decontam_ngram, decontam_min_ngram); materialises held_out_sets (when its
-    config is given) and curated_corpus. Plans by default."""
+    config is given) and curated_corpus. Held-out paths must lie under the data root or a folder of
+    $TRAINING_ASSETS_SOURCE_DIRS. Plans by default."""
     return await run_action(ctx, "decontaminate_corpus", config, options, details=_corpus_facts)
 
 
@@ -70,8 +73,8 @@ def _lineage(rt: Runtime, record_id: str | None, asset: str | None) -> LineageRe
         if not states[asset]["materialized"] and states[asset]["stale_status"] == "MISSING" and not graph[asset]["partitioned"]:
             raise ToolInputError("asset", f"{asset} was never materialised, so it has no lineage yet; "
                                           f"{producer_hint(asset)}")
-        out.asset = AssetState(**{**states[asset], "group": graph[asset]["group"], "description": graph[asset]["description"]})
-        out.upstream = [{"asset": k, "reason": states[k]["stale_status"], "data_version": states[k]["data_version"]}
+        out.asset = asset_state(graph, asset, states[asset])
+        out.upstream = [AssetStep(asset=k, reason=states[k]["stale_status"], data_version=states[k]["data_version"])
                         for k in keys if k != asset]
     return out
 

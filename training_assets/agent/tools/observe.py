@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from pydantic import Field
@@ -18,6 +18,13 @@ from training_assets.agent.tools.base import blocking, runtime, tool
 RunIdArg = Annotated[str, Field(description="A Dagster run id a tool returned, or a workflow id (wf-...).")]
 
 
+def asset_state(graph: dict[str, Any], key: str, state: dict[str, Any]) -> AssetState:
+    """An asset's state as tools answer it: the backend's plain dict, its checks as CheckResults."""
+    checks = [CheckResult(asset=key, check=c["name"], passed=c.get("passed"), description=c.get("description") or "",
+                          metadata=c.get("metadata") or {}) for c in state.get("checks", [])]
+    return AssetState(**{**state, "checks": checks, "group": graph[key]["group"], "description": graph[key]["description"]})
+
+
 def _list(rt: Runtime, keys: list[str] | None, group: str | None) -> AssetList:
     graph = rt.backend.graph()
     unknown = sorted(set(keys or ()) - set(graph))
@@ -28,14 +35,7 @@ def _list(rt: Runtime, keys: list[str] | None, group: str | None) -> AssetList:
         raise ToolInputError("group", f"unknown group {group!r}; one of {groups}")
     wanted = [k for k in graph if (not keys or k in keys) and (group is None or graph[k]["group"] == group)]
     states = rt.backend.asset_states(wanted)
-    out = []
-    for key in wanted:
-        state = states[key]
-        checks = [CheckResult(asset=key, check=c["name"], passed=c.get("passed"), description=c.get("description") or "",
-                              metadata=c.get("metadata") or {}) for c in state.get("checks", [])]
-        out.append(AssetState(**{**state, "checks": checks, "group": graph[key]["group"],
-                                 "description": graph[key]["description"]}))
-    return AssetList(assets=out)
+    return AssetList(assets=[asset_state(graph, key, states[key]) for key in wanted])
 
 
 @tool("read", "List assets and their state")

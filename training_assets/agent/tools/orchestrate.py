@@ -32,8 +32,7 @@ def _start(rt: Runtime, spec: Any, task: Any, plan: WorkflowReport) -> WorkflowR
     if busy:
         raise AgentError(f"{sorted(busy[0]['assets'])[0]} is already being materialised by run {busy[0]['run_id']} "
                          f"({busy[0]['status']}); wait for it (get_run) or cancel it (cancel_run), then call again")
-    report = workflow_driver.start(spec, task, rt.dagster_url, rt.launched_by, rt.root)
-    return report.model_copy(update={"estimated_steps": plan.estimated_steps})
+    return workflow_driver.start(spec, task, rt.dagster_url, rt.launched_by, rt.root, plan.estimated_steps)
 
 
 @tool("operate", "Run the train_model workflow")

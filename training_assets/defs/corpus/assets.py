@@ -29,8 +29,8 @@ DEDUP_RATE_CHECK = "dedup_rate_within_bounds"
 class HeldOutSetsConfig(dg.Config):
     paths: list[str] = Field(
         default_factory=list,
-        description="Held-out JSONL files or globs (rows need 'id' and the text fields). "
-                    "Empty: <data root>/held_out/*.jsonl.")
+        description="Held-out JSONL files or globs (rows need 'id' and the text fields), under the data root or a "
+                    "folder of $TRAINING_ASSETS_SOURCE_DIRS. Empty: <data root>/held_out/*.jsonl.")
     fields: list[str] = Field(default_factory=lambda: ["prompt"],
                               description="Row fields joined into the indexed text.")
 
@@ -77,7 +77,8 @@ class CuratedCorpusConfig(dg.Config):
     min_chars: int = Field(20, ge=0, description="Quality filter: shorter records are dropped.")
     max_chars: int = Field(200_000, ge=1, description="Quality filter: longer records are dropped.")
     extra_sources: list[str] = Field(default_factory=list,
-                                     description=".jsonl/.txt/.parquet files curated with the traces.")
+                                     description=".jsonl/.txt/.parquet files curated with the traces, under the "
+                                                 "data root or a folder of $TRAINING_ASSETS_SOURCE_DIRS.")
     min_dedup_rate: float = Field(0.0, ge=0.0, le=1.0,
                                   description="Blocking check: lowest acceptable share of records removed by dedup.")
     max_dedup_rate: float = Field(0.5, ge=0.0, le=1.0,
@@ -86,7 +87,8 @@ class CuratedCorpusConfig(dg.Config):
         "local", description="Where curation runs: 'local' (this process) or 'ray' (a Ray cluster; same answer). "
                              "Needs pip install -e '.[scale]'.")
     ray_address: str | None = Field(
-        None, description="Ray cluster address (host:6379 or ray://host:10001); empty: $RAY_ADDRESS.")
+        None, description="Ray cluster address (host:6379 or ray://host:10001) on loopback, the $RAY_ADDRESS host or "
+                          "a host of $TRAINING_ASSETS_RAY_HOSTS; empty: $RAY_ADDRESS.")
     ray_shard_docs: int = Field(100_000, ge=1, description="engine='ray': records per input shard (one map task).")
 
     def to_library(self, minhash: MinhashShingling) -> data_engine.CurationConfig:

@@ -36,7 +36,9 @@ BENCHMARK_LIMIT = _benchmark_limit()
 
 
 class EvalReportConfig(dg.Config):
-    cases_path: str = Field("", description="JSONL eval cases; empty = the shipped reliability suite (eval_tasks/).")
+    cases_path: str = Field("", description=(
+        "JSONL eval cases, under the data root or a folder of $TRAINING_ASSETS_SOURCE_DIRS; empty = the shipped "
+        "reliability suite (eval_tasks/)."))
     max_new_tokens: int = Field(32, ge=1, description="Greedy tokens generated per case.")
     benchmark_tasks: list[str] = Field(list(evaluation.DEFAULT_BENCHMARKS),
                                        description="lm-eval tasks (shipped YAML names or lm-eval's own); [] skips lm-eval.")
@@ -115,8 +117,10 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
 
 def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str, config: EvalReportConfig,
               root, tracking_uri: str) -> dg.MaterializeResult:
+    # run config names the cases file: it must lie under the data root or an allowed source folder
+    cases_file = (str(paths.confine_path(config.cases_path, f"{asset_key} config cases_path", root))
+                  if config.cases_path else str(evaluation.DEFAULT_CASES))
     manifest = read_manifest(root, checkpoint)
-    cases_file = config.cases_path or str(evaluation.DEFAULT_CASES)
     cases = evaluation.load_cases(cases_file)
     baseline, baseline_name = _baseline(context, config, cases, tracking_uri)
     payload = evaluation.run_eval_report(
