@@ -64,10 +64,13 @@ def arrow_cache_path(parquet: str | os.PathLike[str], sha256: str | None = None)
     return parquet.parent / CACHE_DIR / f"{sha256 or sha256_file(parquet)}.arrow"
 
 
-def ensure_arrow_cache(parquet: str | os.PathLike[str]) -> Path:
-    """The Arrow IPC twin of ``parquet``, written first if missing (row group by row group, atomically)."""
+def ensure_arrow_cache(parquet: str | os.PathLike[str], sha256: str | None = None) -> Path:
+    """The Arrow IPC twin of ``parquet``, written first if missing (row group by row group, atomically).
+
+    ``sha256``: the Parquet's, already computed (and verified: ``training_data.verified_dataset_file``).
+    """
     parquet = Path(parquet)
-    target = arrow_cache_path(parquet)
+    target = arrow_cache_path(parquet, sha256)
     if target.is_file():
         return target
     source = pq.ParquetFile(parquet)
@@ -242,12 +245,15 @@ class DatasetRows(Sequence):
             raise KeyError(f"{self.source or 'dataset'} has no column {name!r}; columns: {self.column_names}")
 
 
-def open_rows_file(parquet: str | os.PathLike[str]) -> DatasetRows:
-    """``DatasetRows`` over a Parquet file through its memory-mapped Arrow IPC cache (built on first open)."""
+def open_rows_file(parquet: str | os.PathLike[str], sha256: str | None = None) -> DatasetRows:
+    """``DatasetRows`` over a Parquet file through its memory-mapped Arrow IPC cache (built on first open).
+
+    ``sha256``: the Parquet's, when the caller hashed it already (to verify it); else it is hashed here.
+    """
     parquet = Path(parquet)
     if not parquet.is_file():
         raise FileNotFoundError(f"no Parquet file at {parquet}")
-    cache = ensure_arrow_cache(parquet)
+    cache = ensure_arrow_cache(parquet, sha256)
     mapping = _Mapping(cache)
     return DatasetRows(pa.ipc.open_file(pa.BufferReader(mapping.buffer)).read_all(), str(parquet), mapping)
 

@@ -153,9 +153,3 @@ PARQUET_OPTIONS: dict[str, Any] = {
 def write_parquet(path: str | os.PathLike[str], table: pa.Table) -> None:
     """Write a pyarrow table to ``path`` with the project's fixed settings (caller makes it atomic)."""
     pq.write_table(table.replace_schema_metadata(None), path, **PARQUET_OPTIONS)
-
-
-def write_parquet_atomic(target: str | os.PathLike[str], table: pa.Table) -> Path:
-    with atomic_path(target) as tmp:
-        write_parquet(tmp, table)
-    return Path(target)

@@ -251,12 +251,3 @@ def start_run(config: Any, plan: Any, enabled: bool = True) -> Iterator[Any]:
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id, status="FINISHED")
-
-
-def run_summary(uri: str, run_id: str) -> dict[str, Any]:
-    """Params, latest metrics, tags and artifact names of a run (for tests and the CLI)."""
-    client = mlflow_client(uri)
-    run = client.get_run(run_id)
-    return {"params": dict(run.data.params), "metrics": dict(run.data.metrics), "tags": dict(run.data.tags),
-            "status": run.info.status, "artifacts": [a.path for a in client.list_artifacts(run_id)],
-            "loss_history": [m.value for m in client.get_metric_history(run_id, "loss")]}

@@ -59,11 +59,14 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess_and_in_the_runs_process_al
     assert manifest.train.losses and manifest.plan["planned_steps"] == 3 and manifest.train.resumed_from is None
     # MLflow, embedded default: a SQLite store under the data root
     assert manifest.tracking_uri == tracking.default_tracking_uri(upstream) == f"sqlite:///{upstream / 'mlflow' / 'mlflow.db'}"
-    run = tracking.run_summary(manifest.tracking_uri, manifest.tracker_run_id)
-    assert run["status"] == "FINISHED" and run["params"]["max_steps"] == "3" and run["params"]["plan.planned_steps"] == "3"
-    assert run["loss_history"] == manifest.train.losses  # per-step metrics
-    assert run["tags"]["dagster_run_id"] == result.run_id and run["tags"]["checkpoint_dir"] == manifest.checkpoint_dir
-    assert "loss_curve.png" in run["artifacts"]
+    client = tracking.mlflow_client(manifest.tracking_uri)
+    run = client.get_run(manifest.tracker_run_id)
+    params, tags = run.data.params, run.data.tags
+    assert run.info.status == "FINISHED" and params["max_steps"] == "3" and params["plan.planned_steps"] == "3"
+    # per-step metrics
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "loss")] == manifest.train.losses
+    assert tags["dagster_run_id"] == result.run_id and tags["checkpoint_dir"] == manifest.checkpoint_dir
+    assert "loss_curve.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
     # artifacts live next to the store under the data root, not in ./mlruns of the working directory
     assert list((upstream / "mlflow" / "artifacts").rglob("loss_curve.png"))
     model, tok = load_checkpoint(upstream / "base_checkpoint")

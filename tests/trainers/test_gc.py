@@ -96,3 +96,19 @@ def test_an_unreadable_manifest_stops_gc(root, capsys):
     assert cli.main(["gc", "--root", str(root), "--no-dagster", "--execute"]) == 2
     assert "sft_checkpoint/manifest.json is not readable JSON" in capsys.readouterr().err
     assert (root / "base_checkpoint" / "runs" / "stale").is_dir()
+
+
+def test_a_folder_a_training_run_holds_is_kept_even_when_old_and_unreferenced(root):
+    """A CLI run (no Dagster run to ask about) holds its folder's .run.lock: gc must not free it mid-training."""
+    from training_assets.trainers.run_guards import hold_run_dir
+
+    stale = root / "base_checkpoint" / "runs" / "stale"
+    with hold_run_dir(stale):
+        os.utime(stale, (OLD, OLD))
+        plan = gc.plan_gc(root, gc.manifest_references(root), [], [], min_age_s=600)
+        assert dict(plan.keep)[stale] == f"a training run (pid {os.getpid()}) holds it"
+        assert stale not in dict(plan.free)
+    for p in (stale / ".run.lock", stale):  # the lock file stays; age it like the rest of the folder
+        os.utime(p, (OLD, OLD))
+    plan = gc.plan_gc(root, gc.manifest_references(root), [], [], min_age_s=600)
+    assert stale in dict(plan.free)

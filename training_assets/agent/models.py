@@ -50,6 +50,7 @@ class TrainingPlan(BaseModel):
     n_params: int | None = None
     trainable_params: int | None = None
     est_memory_mb: float | None = None
+    train_flops: float | None = None
     notes: list[str] = Field(default_factory=list)
 
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from training_assets import paths
 from training_assets.commands import emit, fail
+from training_assets.training_data.io import BUILD_KINDS
 
-KINDS = {"sft": "sft_dataset", "dpo": "preference_pairs", "grpo": "grpo_groups", "pretrain": "pretrain_windows"}
+KINDS = {kind: asset for asset, kind in BUILD_KINDS.items()}  # build-dataset kind -> dataset asset
 
 
 def _select_traces(args: argparse.Namespace) -> int:

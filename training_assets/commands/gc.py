@@ -113,13 +113,18 @@ def registry_references(tracking_uri: str | None, root: Path) -> list[tuple[str,
 def plan_gc(root: Path, manifests: Iterable[tuple[Path, list[str]]], registry: Iterable[tuple[str, list[str]]],
             active: list[dict[str, Any]], min_age_s: float, now: float | None = None) -> GcPlan:
     """Decide, for each run folder, free or keep (with the reason). Pure: the inputs are read by the caller."""
+    from training_assets.trainers.run_guards import run_dir_holder  # the trainers package: ~0.4 s, only when gc runs
+
     now = time.time() if now is None else now
     manifests, registry = list(manifests), list(registry)
     busy = {a: r for r in active for a in r["assets"]}
     plan = GcPlan()
     for asset, folder in run_folders(root):
         reason = None
-        if asset in busy:
+        holder = run_dir_holder(folder)
+        if holder is not None:
+            reason = f"a training run (pid {holder}) holds it"
+        elif asset in busy:
             reason = f"Dagster run {busy[asset]['run_id']} ({busy[asset]['status']}) may be training {asset}"
         if reason is None:
             for manifest, strings in manifests:

@@ -14,16 +14,20 @@ gloo) and each process trains on its slice of every global batch; only rank 0 re
 Under Dagster Pipes (``PipesSubprocessClient`` sets ``DAGSTER_PIPES_CONTEXT``) rank 0 streams
 progress lines to the run log and reports the result — the ``TrainResult`` mapping — as the
 custom message ``{"training_result": ...}``, which the asset reads from the completed invocation.
+
+``--help`` prints the usage; a bad argument, job spec or configuration is one line on stderr
+naming the file or field, and exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from training_assets.storage import write_json_atomic
 from training_assets.dataset_rows import DatasetRows
@@ -103,26 +107,60 @@ def run_job(job: dict[str, Any], log_fn: Any = None) -> dict[str, Any]:
     return payload
 
 
-def main(argv: list[str] | None = None, kind: str | None = None) -> int:
-    """Run ``JOB.json``; ``kind``: the only trainer kind this entry accepts (``pretrain_trainer``)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print(f"usage: python -m {__spec__.name if __spec__ else __name__} JOB.json", file=sys.stderr)
-        return 2
-    job = json.loads(Path(argv[0]).read_text())
-    if kind is not None and job["kind"] != kind:
-        print(f"{argv[0]}: a {job['kind']!r} job; this entry trains {kind!r} jobs only "
-              "(python -m training_assets.trainers.accelerate_launch runs any)", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if os.environ.get("DAGSTER_PIPES_CONTEXT") and os.environ.get("RANK", "0") == "0":
-        from dagster_pipes import open_dagster_pipes  # the light Pipes protocol package, not dagster itself
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (not the usage block), as the ``training-assets`` verbs report."""
 
-        with open_dagster_pipes() as pipes:
-            result = run_job(job, log_fn=pipes.log.info)
-            pipes.report_custom_message({RESULT_MESSAGE: result})
-        return 0
-    run_job(job)
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help for usage)\n")
+
+
+def parse_args(argv: list[str], prog: str, kind: str | None) -> argparse.Namespace:
+    what = f"a {kind} job" if kind else "a job of any trainer kind"
+    parser = _Parser(prog=prog, description=f"Train {what} from its spec (trainers.accelerate_launch.write_job), in "
+                                            "this process or under torchrun / accelerate launch.")
+    parser.add_argument("job", metavar="JOB.json", type=Path, help="the job spec: kind, TrainConfig, examples, plan")
+    return parser.parse_args(argv)
+
+
+def read_job(path: Path, kind: str | None) -> dict[str, Any]:
+    """The job spec at ``path``; a missing, unreadable or wrong-kind spec is a ``ValueError`` naming the file."""
+    try:
+        job = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such job spec; write one with trainers.accelerate_launch.write_job") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable JSON job spec ({exc})") from None
+    missing = [k for k in ("kind", "config", "examples") if not isinstance(job, dict) or k not in job]
+    if missing:
+        raise ValueError(f"{path}: not a job spec (no {', '.join(missing)}); write one with trainers.accelerate_launch.write_job")
+    if kind is not None and job["kind"] != kind:
+        raise ValueError(f"{path}: a {job['kind']!r} job; this entry trains {kind!r} jobs only "
+                         "(python -m training_assets.trainers.accelerate_launch runs any)")
+    return job
+
+
+def main(argv: list[str] | None = None, kind: str | None = None, prog: str | None = None) -> int:
+    """Run ``JOB.json``; ``kind``: the only trainer kind this entry accepts (``pretrain_trainer``); ``prog``: its name in messages.
+
+    A bad job spec or configuration (``ValueError``, ``FileNotFoundError``: they name the file or the
+    field) is one line on stderr and exit 2; under Pipes it is reported to Dagster first.
+    """
+    prog = prog or f"python -m {__spec__.name if __spec__ else __name__}"
+    args = parse_args(sys.argv[1:] if argv is None else argv, prog, kind)
+    try:
+        job = read_job(args.job, kind)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        if os.environ.get("DAGSTER_PIPES_CONTEXT") and os.environ.get("RANK", "0") == "0":
+            from dagster_pipes import open_dagster_pipes  # the light Pipes protocol package, not dagster itself
+
+            with open_dagster_pipes() as pipes:
+                result = run_job(job, log_fn=pipes.log.info)
+                pipes.report_custom_message({RESULT_MESSAGE: result})
+            return 0
+        run_job(job)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

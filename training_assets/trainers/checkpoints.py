@@ -76,11 +76,6 @@ def checkpoint_dirs(output_dir: str | os.PathLike[str]) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def latest_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
-    dirs = checkpoint_dirs(output_dir)
-    return dirs[-1] if dirs else None
-
-
 def remove_partial_checkpoints(output_dir: str | os.PathLike[str]) -> list[str]:
     """Delete temp dirs left by a checkpoint write that was killed; returns their names."""
     out = Path(output_dir)

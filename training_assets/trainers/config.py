@@ -32,6 +32,12 @@ DpoLossType = Literal["sigmoid", "ipo", "hinge"]
 GrpoLossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "la_grpo"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+# Bounds on a run's length. 10**7 optimizer steps is ~20x a frontier pretraining run (Llama 2 70B:
+# ~500k steps); a larger value is a typo or a runaway request that would hold the one training slot
+# for years (max_steps=10**15 planned an ETA of 5.9e14 s). 10**4 passes over the same data only
+# memorise it. The time a run may take is bounded apart: trainers.run_guards, at execute.
+MAX_STEPS = 10**7
+MAX_EPOCHS = 10**4
 
 
 class PretrainSpec(BaseModel):
@@ -155,8 +161,12 @@ class TrainConfig(BaseModel):
     base_model: str | None = Field(None, description="HF model dir to start from; None = random init from `pretrain`.")
     tokenizer: str | None = Field(None, description="HF tokenizer dir; None = the base_model dir (or an injected tokenizer).")
     output_dir: str = Field("checkpoints/run", description="Periodic checkpoints (checkpoint-<step>/) and the final model (final/).")
-    epochs: int = Field(1, ge=0, description="Passes over the data (ignored when max_steps > 0).")
-    max_steps: int = Field(-1, description="Optimizer steps; > 0 overrides epochs.")
+    epochs: int = Field(1, ge=0, le=MAX_EPOCHS, description=(
+        f"Passes over the data (ignored when max_steps > 0); at most {MAX_EPOCHS}: more passes over the same data "
+        "only memorise it."))
+    max_steps: int = Field(-1, le=MAX_STEPS, description=(
+        f"Optimizer steps; > 0 overrides epochs. At most {MAX_STEPS:,} (~20x a frontier pretraining run): a larger "
+        "value is a typo that would hold the training slot for years."))
     batch_size: int = Field(8, gt=0, description="Examples per micro-batch per process (GRPO: prompts per micro-batch).")
     lr: float = Field(2e-4, gt=0, description="Peak learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="Decoupled (AdamW) weight decay.")
@@ -227,6 +237,8 @@ def validated(cls: type[BaseModel], data: dict[str, Any]) -> Any:
                 problems.append(f"{cls.__name__}: unknown field {where!r} (fields: {', '.join(cls.model_fields)})")
             else:
                 message = err["msg"].removeprefix("Value error, ")
+                if err["type"] == "less_than_equal" and len(err["loc"]) == 1:  # a bound: say why it is there
+                    message += f" ({cls.model_fields[str(err['loc'][0])].description})"
                 problems.append(f"{cls.__name__}.{where}: {message}" if where else message)
         raise ValueError("; ".join(problems)) from None
 

@@ -143,6 +143,11 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
                  callbacks: Sequence[Callable[[int, dict[str, float]], None]] = ()) -> TrainingRun:
     """Plan ``job`` once and, with ``execute``, train it and write its manifest (last).
 
+    Before an execute trains, ``trainers.run_guards`` refuses a base model or tokenizer it cannot
+    load (``ValueError``), a plan whose ETA exceeds ``$TRAINING_ASSETS_MAX_TRAIN_HOURS``
+    (``ValueError``) and a run folder another run holds (``RunDirBusy``); the folder stays locked
+    until the manifest is written.
+
     ``rows``: the examples, when the job has no source to load them from; ``model``/``tokenizer``:
     injected (in-process only). ``launcher``: run the training in another process (Pipes,
     torchrun, accelerate launch); required for ``num_processes > 1``. ``log``: the plan line and,
@@ -153,7 +158,13 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
     from training_assets.trainers.accelerate_launch import load_examples, write_job
     from training_assets.trainers.base import as_examples
     from training_assets.trainers.loop import step_logger
+    from training_assets.trainers.run_guards import hold_run_dir, model_source_problem, train_time_problem
 
+    if execute:
+        sources = {"base_model": model is None, "tokenizer": tokenizer is None}  # injected ones are not loaded
+        problems = [model_source_problem(f, getattr(job.config, f)) for f, loaded in sources.items() if loaded]
+        if any(problems):
+            raise ValueError(f"{job.asset}: " + "; ".join(p for p in problems if p))
     if rows is None:
         if not job.examples:
             raise ValueError(f"{job.asset}: the job names no examples; pass rows=")
@@ -168,26 +179,29 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
         return run
     if log is not None:
         log(f"{job.asset}: plan " + ", ".join(f"{k}={v}" for k, v in plan.to_dict().items() if k != "notes"))
-    if launcher is None:
-        if num_processes > 1:
-            raise ValueError(f"{job.asset}: num_processes={num_processes} needs a launcher (torchrun / accelerate launch)")
-        run.result = trainer.train(rows, plan=plan).to_dict()
-    else:
-        if model is not None or tokenizer is not None or not job.examples:
-            raise ValueError(f"{job.asset}: a launched run loads its own model, tokenizer and examples from the job spec")
-        job.run_dir.mkdir(parents=True, exist_ok=True)
-        spec = write_job(job.run_dir / "job.json", job.kind, job.config.to_dict(), job.examples,
-                         str(job.run_dir / "result.json"), plan.to_dict())
-        from training_assets.launch import build_launch_command
+    if launcher is None and num_processes > 1:
+        raise ValueError(f"{job.asset}: num_processes={num_processes} needs a launcher (torchrun / accelerate launch)")
+    if launcher is not None and (model is not None or tokenizer is not None or not job.examples):
+        raise ValueError(f"{job.asset}: a launched run loads its own model, tokenizer and examples from the job spec")
+    too_long = train_time_problem(plan, job.config, cuda=has_cuda())
+    if too_long:
+        raise ValueError(too_long)
+    with hold_run_dir(job.run_dir):
+        if launcher is None:
+            run.result = trainer.train(rows, plan=plan).to_dict()
+        else:
+            spec = write_job(job.run_dir / "job.json", job.kind, job.config.to_dict(), job.examples,
+                             str(job.run_dir / "result.json"), plan.to_dict())
+            from training_assets.launch import build_launch_command
 
-        run.result = dict(launcher(build_launch_command(
-            "training_assets.trainers.accelerate_launch", spec, distributed=job.config.distributed,
-            num_processes=num_processes, cpu=not has_cuda(), python=sys.executable)))
-    run.manifest = trained_manifest(job.asset, run.result, job.config.to_dict(), job.data_versions, job.examples,
-                                    dagster_run_id)
-    # Older run folders stay: a registry version, a manifest or a queued run may still use one;
-    # `training-assets gc` frees those nothing refers to.
-    write_manifest(job.manifest_dir, run.manifest)
+            run.result = dict(launcher(build_launch_command(
+                "training_assets.trainers.accelerate_launch", spec, distributed=job.config.distributed,
+                num_processes=num_processes, cpu=not has_cuda(), python=sys.executable)))
+        run.manifest = trained_manifest(job.asset, run.result, job.config.to_dict(), job.data_versions, job.examples,
+                                        dagster_run_id)
+        # Older run folders stay: a registry version, a manifest or a queued run may still use one;
+        # `training-assets gc` frees those nothing refers to.
+        write_manifest(job.manifest_dir, run.manifest)
     return run
 
 

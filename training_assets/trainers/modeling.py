@@ -29,7 +29,11 @@ def build_model(config: TrainConfig, vocab_size: int) -> Any:
     else:
         if config.lora is not None and config.lora.quant_4bit:
             kwargs["quantization_config"] = quantization_config(config.lora)
-        model = AutoModelForCausalLM.from_pretrained(config.base_model, **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(config.base_model, **kwargs)
+        except OSError as exc:  # transformers' "not a local folder nor on the hub" / "couldn't connect", many lines
+            raise RuntimeError(f"base_model={config.base_model!r} could not be loaded: {str(exc).splitlines()[0]}; "
+                               "a base_model is a Hugging Face model folder or, where a hub is reachable, a hub id") from exc
     model.config.use_cache = False
     if config.use_liger:
         apply_liger(model)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training_assets.trainers.config import PretrainSpec, TrainConfig
+from training_assets.trainers.config import MAX_STEPS, PretrainSpec, TrainConfig
 
 
 class FieldsMapping(Mapping):
@@ -48,6 +48,7 @@ class Plan(FieldsMapping):
     trainable_params: int | None
     est_memory_mb: float | None  # weights + grads + AdamW state (+ activations estimate)
     world_size: int = 1  # processes the plan was made for
+    train_flops: float | None = None  # forward + backward over every planned step (``train_flops``)
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -109,6 +110,15 @@ def lora_param_count(config: TrainConfig) -> int | None:
     return layers * sum(r * (a + b) for m, (a, b) in shapes.items() if m in config.lora.target_modules)
 
 
+def train_flops(n_params: int | None, trainable: int | None, tokens: float) -> float | None:
+    """FLOPs of training on ``tokens`` tokens: 2·N forward, 2·N backward to the activations, 2·T to the
+    weights that train (N parameters, T trainable; full training: 6·N per token, Kaplan et al. 2020,
+    arXiv:2001.08361). Attention scores and sampling are left out: a floor, not a promise."""
+    if n_params is None or trainable is None:
+        return None
+    return float((4 * n_params + 2 * trainable) * tokens)
+
+
 def make_plan(kind: str, config: TrainConfig, n_examples: int, mean_tokens: float, vocab_size: int | None,
               world_size: int = 1, sequences_per_example: int = 1) -> Plan:
     """Steps, effective batch, tokens per step and a memory estimate for a run.
@@ -125,6 +135,9 @@ def make_plan(kind: str, config: TrainConfig, n_examples: int, mean_tokens: floa
     steps = config.max_steps if config.max_steps > 0 else steps_per_epoch * config.epochs
     if config.max_steps > 0:
         notes.append(f"max_steps={config.max_steps} overrides epochs ({steps_per_epoch} steps per epoch)")
+    elif steps > MAX_STEPS:
+        raise ValueError(f"{kind}: epochs={config.epochs} x {steps_per_epoch} steps per epoch plans {steps:,} steps, above "
+                         f"the {MAX_STEPS:,} a run may take (TrainConfig.max_steps); lower epochs")
     n_params, why = model_param_count(config, vocab_size)
     trainable = lora_param_count(config) if config.lora else n_params
     est = None
@@ -144,4 +157,5 @@ def make_plan(kind: str, config: TrainConfig, n_examples: int, mean_tokens: floa
     tokens_per_step = int(round(min(mean_tokens, config.max_seq_len) * effective * sequences_per_example))
     return Plan(kind=kind, examples=n_examples, planned_steps=int(steps), effective_batch=effective,
                 tokens_per_step=tokens_per_step, n_params=n_params, trainable_params=trainable,
-                est_memory_mb=None if est is None else round(est, 1), world_size=world_size, notes=notes)
+                est_memory_mb=None if est is None else round(est, 1), world_size=world_size,
+                train_flops=train_flops(n_params, trainable, float(steps) * tokens_per_step), notes=notes)

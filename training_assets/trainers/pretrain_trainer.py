@@ -18,4 +18,4 @@ import sys
 from training_assets.trainers.accelerate_launch import main
 
 if __name__ == "__main__":
-    sys.exit(main(kind="pretrain"))
+    sys.exit(main(kind="pretrain", prog="python -m training_assets.trainers.pretrain_trainer"))
