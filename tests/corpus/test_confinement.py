@@ -7,7 +7,7 @@ import os
 import pytest
 
 from training_assets import data_engine, paths
-from training_assets.data_engine import corpus, ray_engine
+from training_assets.data_engine import corpus, local_engine, ray_engine
 
 
 def _held_out(folder, name="evals.jsonl"):
@@ -23,7 +23,7 @@ def test_a_file_outside_the_data_root_is_refused_naming_the_field_and_the_fix(da
         data_engine.write_held_out_sets([outside], data_root)
     assert not (data_root / corpus.HELD_OUT_ASSET).exists(), "nothing was written"
     with pytest.raises(ValueError, match=r"extra_sources\[0\]: /etc/passwd is outside the data root"):
-        corpus.gather_records(data_root, ["/etc/passwd"])
+        local_engine.gather_records(data_root, ["/etc/passwd"])
     with pytest.raises(ValueError, match=r"extra_sources\[0\]"):
         ray_engine.plan_shards(data_root, ("/etc/passwd",), 100)
 

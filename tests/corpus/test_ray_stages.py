@@ -56,10 +56,10 @@ class SerialStages:
     def __init__(self):
         self.seconds, self.peak_rss, self.tasks = {}, {}, 0
 
-    def run(self, stage, module, function, calls):
+    def run(self, stage, function, calls):
         threads = numba.get_num_threads()
         try:
-            out = [run_task(f"training_assets.data_engine.{module}", function, kwargs)["result"] for kwargs in calls]
+            out = [run_task(function, kwargs)["result"] for kwargs in calls]
         finally:
             numba.set_num_threads(threads)
         self.tasks += len(calls)

@@ -363,15 +363,22 @@ def dedup_unique(ids: Sequence[str], features: Features, params: DedupParams,
     return root, pairs[good], sims[good], stats
 
 
+def unique_ids(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The records' ids, in order; a ``ValueError`` naming one that repeats (every record needs its own
+    answer, so ids must be unique)."""
+    ids = [r["id"] for r in records]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"dedup: record id {dup!r} appears more than once; ids must be unique")
+    return ids
+
+
 def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold: float = 0.8, num_perm: int = 128,
           ngram: int = 5, seed: int = DEFAULT_SEED, target_recall: float = 0.995,
-          features: Features | None = None, timings: dict[str, float] | None = None, engine: str = "local",
-          ray_address: str | None = None) -> DedupResult:
-    """Remove exact and near duplicates from ``records`` (dicts with ``id`` and ``text``).
+          features: Features | None = None, timings: dict[str, float] | None = None) -> DedupResult:
+    """Remove exact and near duplicates from ``records`` (dicts with ``id`` and ``text``), in this process.
 
-    ``engine="ray"``: the same result computed on a Ray cluster (``ray_engine.dedup_on_ray``;
-    ``ray_address`` or ``$RAY_ADDRESS``; MinHash only; ``features`` and ``timings`` do not apply).
-
+    ``data_engine.dedup`` (``engines``) runs this, or with ``engine="ray"`` the same result on a Ray cluster.
     ``features``: precomputed features of every record, in order (the staged store passes the
     stored signatures so they are not recomputed); by default they are computed here. See the
     module docstring for the pipeline and the representative rule. ``timings``: when given, the
@@ -380,16 +387,7 @@ def dedup(records: Sequence[dict[str, Any]], method: str = "minhash", threshold:
     """
     t = _now()
     params = DedupParams(method, threshold, num_perm, ngram, seed, target_recall)
-    ids = [r["id"] for r in records]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"dedup: record id {dup!r} appears more than once; ids must be unique")
-    if engine not in ("local", "ray"):
-        raise ValueError(f"dedup engine {engine!r} is not 'local' or 'ray'")
-    if engine == "ray":
-        from training_assets.data_engine.ray_engine import dedup_on_ray
-
-        return dedup_on_ray(list(records), params, ray_address)
+    ids = unique_ids(records)
     # Exact duplicates: a 64-bit hash of each text's UTF-8 bytes, then a comparison inside equal-hash
     # groups. MinHash: hashes and signatures come from one chunked pass over the texts (the packing
     # is in "features"); cosine features need every document's vector at once, after the exact stage.

@@ -24,7 +24,9 @@ same files. The data root must be on storage every node sees (one machine, NFS, 
     result = dedup(records, engine="ray")  # in-memory records, the same DedupResult as locally
 
 The stage functions are plain Python over files (``ray_shard``, ``ray_reduce``, ``ray_assemble``);
-this module only schedules them (``Stages``), so they also run, and are tested, without Ray.
+this module only schedules them (``Stages``), so they also run, and are tested, without Ray. It builds
+on the shared building blocks (``corpus``: config, report, files) and never on the local engine
+(``local_engine``); ``engines`` picks between the two.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +43,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets import ingest, paths
+from training_assets.data_engine.corpus import CurationConfig, CurationReport, load_held_out_sets
+from training_assets.data_engine.dedup import DedupParams, DedupResult
+from training_assets.data_engine.ray_assemble import assemble_stage, cluster_stage
 from training_assets.data_engine.ray_files import run_task
+from training_assets.data_engine.ray_reduce import (
+    band_reduce,
+    cc_final,
+    cc_init,
+    cc_round,
+    exact_reduce,
+    id_reduce,
+    verify_stage,
+)
+from training_assets.data_engine.ray_report import build_report, dedup_result, write_outputs
+from training_assets.data_engine.ray_shard import band_stage, shard_stage
 
 MAX_RETRIES = 3  # a task whose worker dies runs again up to this many times
 INSTALL_HINT = "pip install -e '.[scale]'"
 
 
 def import_ray() -> Any:
+    """The ``ray`` module, imported on first use: an optional dependency (the ``scale`` extra) whose import
+    takes seconds, which ``engine="local"`` runs should neither need nor pay for."""
     try:
-        import ray
+        import ray  # deferred: optional and heavy (see the docstring)
     except ImportError:
         raise ImportError(f"engine='ray' needs Ray, which is not installed: {INSTALL_HINT}") from None
     return ray
@@ -90,10 +109,11 @@ class Stages:
         self.peak_rss: dict[str, int] = {}
         self.tasks = 0
 
-    def run(self, stage: str, module: str, function: str, calls: list[dict[str, Any]]) -> list[Any]:
+    def run(self, stage: str, function: Callable[..., Any], calls: list[dict[str, Any]]) -> list[Any]:
+        """``function(**kwargs)`` as one task per entry of ``calls``; -> their results, in order. The
+        function travels by reference (module and name): every worker imports it from the same package."""
         start = time.perf_counter()
-        refs = [self.remote.options(name=f"{stage}:{function}").remote(f"training_assets.data_engine.{module}",
-                                                                      function, kwargs) for kwargs in calls]
+        refs = [self.remote.options(name=f"{stage}:{function.__name__}").remote(function, kwargs) for kwargs in calls]
         outs = self.ray.get(refs)
         self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
         peaks = [o["peak_rss"] for o in outs if o["peak_rss"] is not None]
@@ -127,59 +147,55 @@ def cluster_info(ray: Any, dashboard: str | None) -> dict[str, Any]:
             "cpus": int(ray.cluster_resources().get("CPU", 0)), "dashboard_url": dashboard}
 
 
-def run_pipeline(stages: Stages, work: Path, root: Path, config: Any, specs: list[dict[str, Any]], parts: int,
-                 filters: bool = True) -> dict[str, Any]:
+def run_pipeline(stages: Stages, work: Path, root: Path, config: CurationConfig, specs: list[dict[str, Any]],
+                 parts: int, filters: bool = True) -> dict[str, Any]:
     """Stages 1-6 of the module docstring over ``specs``; -> the per-stage results the report needs.
 
     ``filters``: run the quality filter and decontamination (``curate``); off for ``dedup``."""
     params, w, n_shards = config.dedup, str(work), len(specs)
     shard_range = range(n_shards)
-    shards = stages.run("shard", "ray_shard", "shard_stage", [
+    shards = stages.run("shard", shard_stage, [
         {"work": w, "shard": s, "spec": spec, "root": str(root), "quality": config.quality if filters else None,
          "decontam": filters,
          "decontam_ngram": config.decontam_ngram, "decontam_min_ngram": config.decontam_min_ngram,
          "params": params, "n_parts": parts} for s, spec in enumerate(specs)])
     batches = [spec.get("batch_id") for spec in specs]
-    ids = stages.run("ids", "ray_reduce", "id_reduce", [{"work": w, "part": p, "shard_batches": batches}
-                                                         for p in range(parts)])
+    ids = stages.run("ids", id_reduce, [{"work": w, "part": p, "shard_batches": batches} for p in range(parts)])
     collisions = sorted({c for r in ids for c in r["collisions"]})[:5]
     if collisions:
         raise ValueError(f"curate: record ids {collisions} occur more than once across sources; give extra sources "
                          "their own ids")
-    stages.run("exact", "ray_reduce", "exact_reduce", [{"work": w, "part": p, "n_shards": n_shards} for p in range(parts)])
-    bands = stages.run("bands", "ray_shard", "band_stage", [{"work": w, "shard": s, "n_parts": parts} for s in shard_range])
-    stages.run("buckets", "ray_reduce", "band_reduce", [{"work": w, "part": p, "n_shards": n_shards} for p in range(parts)])
-    verified = stages.run("verify", "ray_reduce", "verify_stage", [
+    stages.run("exact", exact_reduce, [{"work": w, "part": p, "n_shards": n_shards} for p in range(parts)])
+    bands = stages.run("bands", band_stage, [{"work": w, "shard": s, "n_parts": parts} for s in shard_range])
+    stages.run("buckets", band_reduce, [{"work": w, "part": p, "n_shards": n_shards} for p in range(parts)])
+    verified = stages.run("verify", verify_stage, [
         {"work": w, "shard": s, "threshold": params.threshold, "n_parts": parts} for s in shard_range])
-    stages.run("cc", "ray_reduce", "cc_init", [{"work": w, "part": q, "n_parts": parts} for q in range(parts)])
+    stages.run("cc", cc_init, [{"work": w, "part": q, "n_parts": parts} for q in range(parts)])
     round_no = 0
     while True:
         round_no += 1
-        changed = stages.run("cc", "ray_reduce", "cc_round", [{"work": w, "part": q, "round_no": round_no, "n_parts": parts}
-                                                               for q in range(parts)])
+        changed = stages.run("cc", cc_round, [{"work": w, "part": q, "round_no": round_no, "n_parts": parts}
+                                              for q in range(parts)])
         if not sum(r["changed"] for r in changed):
             break
-    stages.run("cc", "ray_reduce", "cc_final", [{"work": w, "part": q, "round_no": round_no, "n_shards": n_shards}
-                                                 for q in range(parts)])
-    assembled = stages.run("assemble", "ray_assemble", "assemble_stage", [
+    stages.run("cc", cc_final, [{"work": w, "part": q, "round_no": round_no, "n_shards": n_shards}
+                                for q in range(parts)])
+    assembled = stages.run("assemble", assemble_stage, [
         {"work": w, "shard": s, "root": str(root), "method": params.method, "threshold": params.threshold,
          "decontam": filters, "decontam_ngram": config.decontam_ngram, "decontam_min_ngram": config.decontam_min_ngram,
          "n_shards": n_shards} for s in shard_range])
-    clusters = stages.run("clusters", "ray_assemble", "cluster_stage", [{"work": w, "shard": s} for s in shard_range])
+    clusters = stages.run("clusters", cluster_stage, [{"work": w, "shard": s} for s in shard_range])
     return {"specs": specs, "shards": shards, "bands": bands, "verified": verified, "assembled": assembled, "clusters": clusters,
             "cc_rounds": round_no}
 
 
-def curate_on_ray(root: str | os.PathLike[str] | None, config: Any) -> Any:
-    """``corpus.curate`` for ``config.engine == "ray"``: the same files and report, plus ``engine_info``."""
-    from training_assets.data_engine import corpus
-    from training_assets.data_engine.ray_report import build_report, write_outputs
-
+def curate_on_ray(root: str | os.PathLike[str] | None, config: CurationConfig) -> CurationReport:
+    """``local_engine.curate`` on the cluster: the same files and report, plus ``engine_info``."""
     ray = import_ray()
     if config.dedup.method != "minhash":
         raise ValueError(f"engine='ray' runs MinHash dedup; method {config.dedup.method!r} runs on engine='local'")
     root_path = paths.data_root(root)
-    corpus.load_held_out_sets(root_path)  # fails here, as the local engine does, before any task
+    load_held_out_sets(root_path)  # fails here, as the local engine does, before any task
     specs = plan_shards(root_path, config.extra_sources, config.ray_shard_docs)
     connected, dashboard = connect(ray, config.ray_address)
     work = root_path / "ray_work" / uuid.uuid4().hex[:12]
@@ -202,15 +218,11 @@ def curate_on_ray(root: str | os.PathLike[str] | None, config: Any) -> Any:
             ray.shutdown()
 
 
-
-def dedup_on_ray(records: list[dict[str, Any]], params: Any, ray_address: str | None = None,
-                 shard_docs: int = 100_000, partitions: int | None = None) -> Any:
+def dedup_on_ray(records: list[dict[str, Any]], params: DedupParams, ray_address: str | None = None,
+                 shard_docs: int = 100_000, partitions: int | None = None) -> DedupResult:
     """``dedup.dedup`` on the cluster: the same ``DedupResult`` (kept, clusters, drops, verified
     pairs, stats). Records are staged as Parquet under ``<data root>/ray_work/<run id>/`` (the data
     root of ``$TRAINING_ASSETS_DATA``, which every node must see)."""
-    from training_assets.data_engine.corpus import CurationConfig
-    from training_assets.data_engine.ray_report import dedup_result
-
     ray = import_ray()
     if params.method != "minhash":
         raise ValueError(f"engine='ray' runs MinHash dedup; method {params.method!r} runs on engine='local'")

@@ -15,13 +15,13 @@ theirs, so "the smallest index in a cluster" of ``dedup.py`` is "the smallest gp
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -143,17 +143,15 @@ def _peak_rss_bytes() -> int | None:
     return None
 
 
-def run_task(module: str, function: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """What every Ray task runs: ``module.function(**kwargs)``, with its wall seconds and peak RSS.
+def run_task(function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What every Ray task runs: ``function(**kwargs)``, with its wall seconds and peak RSS.
 
     Numba runs single-threaded inside a task: parallelism comes from the tasks, one per CPU.
     """
-    import numba
-
     numba.set_num_threads(1)
     own_peak = _peak_rss_reset()
     start = time.perf_counter()
-    result = getattr(importlib.import_module(module), function)(**kwargs)
+    result = function(**kwargs)
     return {"result": result, "seconds": time.perf_counter() - start, "peak_rss": _peak_rss_bytes(),
             "own_peak": own_peak}
 

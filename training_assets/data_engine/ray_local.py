@@ -68,7 +68,7 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1) -> Iterator[Any]:
 
     The bytecode settings hold while the cluster runs (its processes inherit them) and are restored after.
     """
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # deferred: ray is optional and heavy (the scale extra)
 
     if ray_constants.ENABLE_RAY_CLUSTER:  # read once, when ray is imported: nodes would bind the machine's address
         raise RuntimeError("ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; set it in the "
@@ -78,7 +78,7 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1) -> Iterator[Any]:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     PYCACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-c", AGENT_MODULES], check=True, env=os.environ.copy())
-    from ray.cluster_utils import Cluster
+    from ray.cluster_utils import Cluster  # deferred with ray_constants above
 
     cluster = Cluster(initialize_head=True, head_node_args=node_args(cpus_per_node))
     try:

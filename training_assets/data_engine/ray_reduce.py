@@ -2,7 +2,7 @@
 distributed connected components (plain functions over files; ``ray_engine`` runs them as tasks).
 
 - ``id_reduce`` (one id partition): a trace id seen again in a later position is a repeat
-  (``corpus.gather_records``'s rule); ids that collide otherwise are reported to the driver.
+  (``local_engine.gather_records``'s rule); ids that collide otherwise are reported to the driver.
 - ``exact_reduce`` (one content-hash partition): every document's exact root is the first
   document (smallest gpos) with the same 128-bit content hash (BLAKE2b, ``dedup.content_hash``);
   the local engine compares bytes inside 64-bit hash groups, so the two differ only on a

@@ -1,5 +1,5 @@
 """The Ray engine's outputs: ``<root>/curated_corpus/`` streamed from the shards' parts, and the
-``CurationReport`` built from the tasks' counts (the same numbers ``corpus.curate`` reports).
+``CurationReport`` built from the tasks' counts (the same numbers ``local_engine.curate`` reports).
 
     out = write_outputs(work, root, n_shards, n_parts, results)
     report = build_report(root, config, results, out, info)
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from training_assets import paths
 from training_assets.data_engine import corpus
 from training_assets.data_engine.decontam import build_index
-from training_assets.data_engine.dedup import DedupResult, lsh_params
+from training_assets.data_engine.dedup import DedupParams, DedupResult, lsh_params
 from training_assets.data_engine.filters import Dropped
 from training_assets.data_engine.provenance import dataset_provenance
 from training_assets.data_engine.ray_assemble import CLUSTER_SCHEMA, concat_parquet
@@ -54,12 +54,12 @@ def _counts(results: dict[str, Any], reasons: Counter) -> dict[str, int]:
     return counts
 
 
-def build_report(root: Path, config: Any, results: dict[str, Any], out: dict[str, Any], info: dict[str, Any]
-                 ) -> corpus.CurationReport:
+def build_report(root: Path, config: corpus.CurationConfig, results: dict[str, Any], out: dict[str, Any],
+                 info: dict[str, Any]) -> corpus.CurationReport:
     reasons = sum((Counter(r["reasons"]) for r in results["assembled"]), Counter())
     counts = _counts(results, reasons)
     params = config.dedup
-    version = dataset_provenance(corpus._input_versions(root, config.extra_sources), config.to_dict(), counts, reasons)
+    version = dataset_provenance(corpus.input_versions(root, config.extra_sources), config.to_dict(), counts, reasons)
     target = paths.asset_dir(corpus.CORPUS_ASSET, root)
     with atomic_dir(target) as tmp:
         for f in sorted(out["folder"].iterdir()):
@@ -83,7 +83,8 @@ def build_report(root: Path, config: Any, results: dict[str, Any], out: dict[str
                                  sha256_file(target / corpus.CORPUS_FILE)[:16], engine_info=info)
 
 
-def _dedup_stats(params: Any, results: dict[str, Any], n_input: int, n_kept: int, n_exact: int) -> dict[str, Any]:
+def _dedup_stats(params: DedupParams, results: dict[str, Any], n_input: int, n_kept: int, n_exact: int
+                 ) -> dict[str, Any]:
     """``dedup``'s stats, from the tasks' counts (key for key what ``dedup_unique`` + ``assemble`` report)."""
     bands, rows = lsh_params(params.threshold, params.num_perm, params.target_recall, params.method)
     candidates = sum(r["candidate_pairs"] for r in results["verified"])
@@ -96,8 +97,8 @@ def _dedup_stats(params: Any, results: dict[str, Any], n_input: int, n_kept: int
             "dedup_rate": (n_input - n_kept) / n_input if n_input else 0.0}
 
 
-def dedup_result(work: Path, records: list[dict[str, Any]], params: Any, results: dict[str, Any], n_parts: int
-                 ) -> DedupResult:
+def dedup_result(work: Path, records: list[dict[str, Any]], params: DedupParams, results: dict[str, Any],
+                 n_parts: int) -> DedupResult:
     """The ``DedupResult`` of a ``filters=False`` run, read back from the shards' parts."""
     n_shards = len(results["specs"])
     decisions = pa.concat_tables([pq.read_table(work / "final" / f"s{s}" / "decisions.parquet") for s in range(n_shards)])

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from training_assets_kernels import dedup as K
 from training_assets.data_engine import staged
+from training_assets.data_engine.corpus import load_held_out_sets
 from training_assets.data_engine.decontam import build_index, decontaminate
 from training_assets.data_engine.dedup import DedupParams, content_hash, lsh_params
 from training_assets.data_engine.filters import QualityConfig, normalize, quality_filter
@@ -58,7 +59,7 @@ def string_partition(values: list[str], n_parts: int) -> np.ndarray:
 
 
 def read_shard(spec: dict[str, Any], root: str) -> list[dict[str, Any]]:
-    """The shard's records, exactly as ``corpus.gather_records`` produces them (normalised, ids as there)."""
+    """The shard's records, exactly as ``local_engine.gather_records`` produces them (normalised, ids as there)."""
     start, stop = spec["start"], spec["stop"]
     if spec["kind"] == "batch":
         return staged.batch_records(spec["batch_id"], root)[start:stop]
@@ -92,8 +93,6 @@ def shard_stage(work: str, shard: int, spec: dict[str, Any], root: str, quality:
                 decontam: bool, decontam_ngram: int, decontam_min_ngram: int, params: DedupParams,
                 n_parts: int) -> dict[str, Any]:
     """Map stage 1 of one shard; see the module docstring. Returns counts for the driver."""
-    from training_assets.data_engine.corpus import load_held_out_sets  # corpus imports this engine lazily
-
     folder = Path(work) / "shards" / f"s{shard}"
     records = read_shard(spec, root)
     gpos = gpos_of(shard, np.arange(len(records)))
