@@ -35,9 +35,11 @@ import torch
 
 from training_assets.trainers.numba_optim import OPTIMIZERS, NumbaAdamW, NumbaSGD, make_optimizer
 from training_assets_kernels import losses as K
+from training_assets_kernels import preference_losses as KP
 
 __all__ = ["OPTIMIZERS", "NumbaAdamW", "NumbaSGD", "make_optimizer", "cross_entropy", "sequence_logprob",
-           "dpo_loss", "grpo_surrogate", "approx_kl", "WORKSPACE", "GradientWorkspace"]
+           "dpo_loss", "kto_loss", "orpo_odds_ratio", "grpo_surrogate", "approx_kl", "WORKSPACE",
+           "GradientWorkspace"]
 
 _CONSUMED = (
     "the fused numba gradient was already handed to the first backward; a second backward "
@@ -193,6 +195,44 @@ class DPOLossFn(torch.autograd.Function):
         return d_chosen, d_rejected, -d_chosen, -d_rejected, None, None, None, None, None
 
 
+class KTOLossFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, policy_logps, ref_logps, desirable, kl, beta, desirable_weight, undesirable_weight):
+        loss, d_policy = KP.kto_fwd_bwd(
+            _f32("policy_logps", policy_logps), _f32("ref_logps", ref_logps), desirable.detach().cpu().numpy(),
+            float(kl), float(beta), float(desirable_weight), float(undesirable_weight),
+        )
+        ctx.save_for_backward(torch.from_numpy(d_policy.astype(np.float32)))
+        return torch.tensor(loss, dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        (d_policy,) = ctx.saved_tensors
+        d_policy = d_policy * grad_loss
+        return d_policy, -d_policy, None, None, None, None, None
+
+
+class OddsRatioFn(torch.autograd.Function):
+    """ORPO's odds-ratio term and the per-pair log odds ratio z (B,), which is reported, not differentiated."""
+
+    @staticmethod
+    def forward(ctx, chosen_logps_mean, rejected_logps_mean, beta):
+        loss, log_odds, d_chosen, d_rejected = KP.orpo_odds_ratio_fwd_bwd(
+            _f32("chosen_logps_mean", chosen_logps_mean), _f32("rejected_logps_mean", rejected_logps_mean),
+            float(beta),
+        )
+        ctx.save_for_backward(torch.from_numpy(d_chosen.astype(np.float32)),
+                              torch.from_numpy(d_rejected.astype(np.float32)))
+        log_odds = torch.from_numpy(log_odds.astype(np.float32))
+        ctx.mark_non_differentiable(log_odds)
+        return torch.tensor(loss, dtype=torch.float32), log_odds
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_log_odds):
+        d_chosen, d_rejected = (d * grad_loss for d in ctx.saved_tensors)
+        return d_chosen, d_rejected, None
+
+
 class GRPOSurrogateFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logps, old_logps, advantages, weights, ref_logps, beta, epsilon_low, epsilon_high):
@@ -248,6 +288,16 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_r
         rejected_len = rejected_lengths.detach().to(torch.float64).cpu().numpy()
     return DPOLossFn.apply(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
                            beta, label_smoothing, K.DPO_CODES[loss_type], chosen_len, rejected_len)
+
+
+def kto_loss(policy_logps, ref_logps, desirable, kl, beta, desirable_weight, undesirable_weight) -> torch.Tensor:
+    """Numba KTO mean loss; ``kl`` is the reference point z0, already clamped (a constant of the step)."""
+    return KTOLossFn.apply(policy_logps, ref_logps, desirable, kl, beta, desirable_weight, undesirable_weight)
+
+
+def orpo_odds_ratio(chosen_logps_mean, rejected_logps_mean, beta) -> tuple[torch.Tensor, torch.Tensor]:
+    """Numba ORPO odds-ratio term ``-beta mean log s(z)`` and the detached log odds ratios z (B,)."""
+    return OddsRatioFn.apply(chosen_logps_mean, rejected_logps_mean, beta)
 
 
 def grpo_surrogate(logps, old_logps, advantages, weights, ref_logps, beta, epsilon_low, epsilon_high):

@@ -1,15 +1,19 @@
-"""Training objectives: cross-entropy, sequence log-prob, DPO, GRPO and the k3 KL estimator.
+"""Training objectives: cross-entropy, sequence log-prob, DPO, KTO, ORPO, GRPO and the k3 KL estimator.
 
 Every function takes ``backend="torch"`` (the default: plain autograd, any dtype/device) or
-``backend="numba"`` (CPU, fp32: the fused Numba kernels of ``kernels/losses.py`` wrapped as
-autograd Functions in ``training_assets.trainers.numba_ops``). Both backends compute the same
-math; ``tests/kernels`` proves it to rtol 1e-5 in fp32, gradients included, and checks DPO and
-GRPO against TRL 1.16.0's own loss code.
+``backend="numba"`` (CPU, fp32: the fused Numba kernels of ``kernels/losses.py`` and
+``kernels/preference_losses.py`` wrapped as autograd Functions in
+``training_assets.trainers.numba_ops``). Both backends compute the same math; ``tests/kernels``
+proves it to rtol 1e-5 in fp32, gradients included, and checks DPO, KTO, ORPO and GRPO against
+TRL 1.16.0's own loss code. KTO and ORPO return their parts (rewards, KL, log odds) beside the
+mean, as torchtune's losses do, so a trainer can log margins and accuracies.
 
 Shapes: B batch, T tokens, V vocabulary, N = flattened tokens.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +23,10 @@ from training_assets.trainers.config import DpoLossType, GrpoLossType, KernelBac
 BACKENDS = choices(KernelBackend)
 DPO_LOSS_TYPES = choices(DpoLossType)
 GRPO_LOSS_TYPES = choices(GrpoLossType)
+
+__all__ = ["BACKENDS", "DPO_LOSS_TYPES", "GRPO_LOSS_TYPES", "ORPO_MAX_MEAN_LOGP", "KtoLoss", "OrpoLoss", "approx_kl",
+           "cross_entropy", "dpo_loss", "grpo_surrogate", "grpo_token_weights", "kto_kl_estimate", "kto_loss",
+           "orpo_loss", "sequence_logprob"]
 
 
 def _check_backend(backend: str) -> None:
@@ -146,6 +154,169 @@ def dpo_loss(
         else:
             losses = torch.relu(1 - logits)
     return losses.mean()
+
+
+class KtoLoss(NamedTuple):
+    """KTO's mean loss and the parts TRL logs; every part is detached."""
+
+    loss: torch.Tensor  # scalar, differentiable
+    chosen_rewards: torch.Tensor  # (n_desirable,) beta * (logp - ref_logp) of the desirable examples
+    rejected_rewards: torch.Tensor  # (n_undesirable,) the same for the undesirable ones
+    kl: torch.Tensor  # scalar: the reference point z0 the loss used (the estimate clamped at 0)
+
+
+def kto_kl_estimate(policy_kl_logps: torch.Tensor, ref_kl_logps: torch.Tensor) -> torch.Tensor:
+    """KTO's KL estimate: the batch mean of ``log pi(y'|x) - log ref(y'|x)`` over mismatched pairs.
+
+    (x, y') pairs each prompt with another example's completion (TRL cycles the batch's
+    completions by one), so the estimate carries no signal about the example's own label. Scalar,
+    detached, not yet clamped: under data parallelism average it across ranks first (TRL gathers
+    the per-rank means, then clamps); :func:`kto_loss` clamps it at 0.
+    """
+    if policy_kl_logps.shape != ref_kl_logps.shape or policy_kl_logps.dim() != 1:
+        raise ValueError(f"kto_kl_estimate wants two (B,) sequence log-probs; got {tuple(policy_kl_logps.shape)} "
+                         f"and {tuple(ref_kl_logps.shape)}")
+    _check_not_empty("policy_kl_logps", policy_kl_logps)
+    return (policy_kl_logps - ref_kl_logps).mean().detach()
+
+
+def _check_kto_inputs(policy_logps, ref_logps, desirable, kl_estimate, beta, desirable_weight,
+                      undesirable_weight) -> None:
+    if policy_logps.dim() != 1 or ref_logps.shape != policy_logps.shape or desirable.shape != policy_logps.shape:
+        raise ValueError(
+            f"kto_loss wants policy_logps, ref_logps and desirable of one shape (B,); got "
+            f"{tuple(policy_logps.shape)}, {tuple(ref_logps.shape)}, {tuple(desirable.shape)}"
+        )
+    if desirable.dtype != torch.bool:
+        raise ValueError(f"desirable is {desirable.dtype}; it must be a bool tensor (True = desirable): pass "
+                         "labels.bool()")
+    _check_not_empty("policy_logps", policy_logps)
+    if torch.as_tensor(kl_estimate).numel() != 1:
+        raise ValueError(f"kl_estimate must be one number (the batch's z0, see kto_kl_estimate); got shape "
+                         f"{tuple(torch.as_tensor(kl_estimate).shape)}")
+    if beta <= 0:
+        raise ValueError(f"beta={beta} must be > 0")
+    if desirable_weight < 0 or undesirable_weight < 0:
+        raise ValueError(f"desirable_weight={desirable_weight} and undesirable_weight={undesirable_weight} must be "
+                         ">= 0")
+
+
+def kto_loss(
+    policy_logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    desirable: torch.Tensor,
+    kl_estimate: torch.Tensor | float,
+    beta: float = 0.1,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+    backend: str = "torch",
+) -> KtoLoss:
+    """Kahneman-Tversky Optimisation over unpaired examples, mean over the B examples.
+
+    Ethayarajh et al. 2024 (arXiv:2402.01306), Eq. 7, as TRL 1.16's ``KTOTrainer`` computes it:
+    with ``r = policy_logp - ref_logp`` (sequence log-probs, (B,)) and the reference point
+    ``z0 = max(kl_estimate, 0)`` (detached: a constant of the step, see :func:`kto_kl_estimate`),
+
+    - desirable (``desirable[b]`` True): ``w_D * (1 - sigma(beta (r - z0)))``,
+    - undesirable: ``w_U * (1 - sigma(beta (z0 - r)))``.
+
+    The weights ``w_D``/``w_U`` rebalance unequal counts (the paper keeps
+    ``w_D n_D / (w_U n_U)`` in [1, 4/3]); the mean divides by B, not by the weights. Rewards are
+    ``beta * r``. Gradients flow to policy_logps (and ref_logps, negated, if it requires them).
+    """
+    _check_backend(backend)
+    _check_kto_inputs(policy_logps, ref_logps, desirable, kl_estimate, beta, desirable_weight, undesirable_weight)
+    logratios = policy_logps - ref_logps
+    z0 = torch.as_tensor(kl_estimate, dtype=logratios.dtype, device=logratios.device).detach().reshape(())
+    z0 = z0.clamp(min=0)  # as TRL: a negative batch estimate is noise, the KL itself is >= 0
+    rewards = beta * logratios.detach()
+    parts = dict(chosen_rewards=rewards[desirable], rejected_rewards=rewards[~desirable], kl=z0)
+    if backend == "numba":
+        from training_assets.trainers import numba_ops
+
+        loss = numba_ops.kto_loss(policy_logps, ref_logps, desirable, z0, beta, desirable_weight, undesirable_weight)
+        return KtoLoss(loss, **parts)
+    margin = torch.where(desirable, logratios - z0, z0 - logratios)
+    weights = torch.where(desirable, desirable_weight, undesirable_weight).to(logratios.dtype)
+    return KtoLoss((weights * (1 - torch.sigmoid(beta * margin))).mean(), **parts)
+
+
+class OrpoLoss(NamedTuple):
+    """ORPO's loss ``nll + odds_ratio_loss`` and the parts TRL logs; every part is detached."""
+
+    loss: torch.Tensor  # scalar, differentiable
+    nll: torch.Tensor  # scalar: the chosen NLL as given
+    odds_ratio_loss: torch.Tensor  # scalar: -beta * mean log sigma(log_odds)
+    chosen_rewards: torch.Tensor  # (B,) beta * mean log-prob of the chosen responses
+    rejected_rewards: torch.Tensor  # (B,) the same for the rejected ones
+    log_odds: torch.Tensor  # (B,) log(odds(chosen) / odds(rejected))
+
+
+ORPO_MAX_MEAN_LOGP = -1e-6  # ceiling on ORPO's mean log-probs: p = 1 would have infinite odds
+
+
+def _cap_mean_logps(logps: torch.Tensor) -> torch.Tensor:
+    """Mean log-probs capped at ``ORPO_MAX_MEAN_LOGP``, the gradient passed straight through.
+
+    A mean log-prob of exactly 0 (every token certain; fp32 log-softmax rounds to 0 once the
+    other logits are ~17 below the top one) has infinite odds: TRL returns an infinite loss or a
+    NaN gradient there. Values above the cap are fp32 rounding noise, so capping them changes no
+    real signal, and the straight-through gradient still pushes down a rejected response the
+    model is certain of.
+    """
+    return logps - (logps - ORPO_MAX_MEAN_LOGP).clamp(min=0).detach()
+
+
+def _log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 - exp(x)) for x <= 0 without cancellation (Maechler 2012), TRL 1.16's ``log1mexp``."""
+    return torch.where(x < -0.6931471805599453, torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+
+
+def orpo_loss(
+    chosen_logps_mean: torch.Tensor,
+    rejected_logps_mean: torch.Tensor,
+    chosen_nll: torch.Tensor,
+    beta: float = 0.1,
+    backend: str = "torch",
+) -> OrpoLoss:
+    """Odds Ratio Preference Optimisation: SFT on the chosen plus an odds-ratio penalty, no reference model.
+
+    Hong et al. 2024 (arXiv:2403.07691), Eqs. 4-7, as TRL 1.16's ``ORPOTrainer`` computes it.
+    On length-normalised log-probs c, r (B,) (the mean token log-prob of each response:
+    ``sequence_logprob(...) / mask.sum(-1)``), with odds(p) = p / (1 - p) and p = exp(c):
+    ``log_odds = log(odds(c) / odds(r)) = (c - r) - (log(1 - e^c) - log(1 - e^r))``, the
+    log1mexp terms computed stably; ``loss = chosen_nll - beta * mean_b log sigma(log_odds_b)``.
+    ``beta`` is the paper's lambda. ``chosen_nll`` is the scalar cross-entropy of the chosen
+    sequences (TRL: over prompt and response), passed through with its own gradient. Log-probs are
+    upcast to fp32 first, as TRL does; rewards are ``beta * c`` and ``beta * r``. The one departure
+    from TRL: log-probs above ``ORPO_MAX_MEAN_LOGP`` (-1e-6) are capped there for the odds (see
+    :func:`_cap_mean_logps`), where TRL gives an infinite loss or a NaN gradient at exactly 0.
+    """
+    _check_backend(backend)
+    if chosen_logps_mean.dim() != 1 or rejected_logps_mean.shape != chosen_logps_mean.shape:
+        raise ValueError(f"orpo_loss wants chosen_logps_mean and rejected_logps_mean of one shape (B,); got "
+                         f"{tuple(chosen_logps_mean.shape)} and {tuple(rejected_logps_mean.shape)}")
+    _check_not_empty("chosen_logps_mean", chosen_logps_mean)
+    if chosen_nll.numel() != 1:
+        raise ValueError(f"chosen_nll must be the scalar cross-entropy of the chosen sequences; got shape "
+                         f"{tuple(chosen_nll.shape)}")
+    if beta <= 0:
+        raise ValueError(f"beta={beta} must be > 0")
+    chosen, rejected = chosen_logps_mean.float(), rejected_logps_mean.float()
+    for name, logps in (("chosen_logps_mean", chosen), ("rejected_logps_mean", rejected)):
+        if bool((logps > 0).any()):  # log1mexp is NaN there: the caller passed NLLs or logits, not log-probs
+            raise ValueError(f"{name} has values > 0; it must be mean token log-probs (<= 0), not NLLs")
+    nll = chosen_nll.reshape(())
+    capped_chosen, capped_rejected = _cap_mean_logps(chosen), _cap_mean_logps(rejected)
+    if backend == "numba":
+        from training_assets.trainers import numba_ops
+
+        odds_ratio_loss, log_odds = numba_ops.orpo_odds_ratio(capped_chosen, capped_rejected, beta)
+    else:
+        log_odds = (capped_chosen - capped_rejected) - (_log1mexp(capped_chosen) - _log1mexp(capped_rejected))
+        odds_ratio_loss = -(beta * F.logsigmoid(log_odds)).mean()
+    return OrpoLoss(nll + odds_ratio_loss, nll.detach(), odds_ratio_loss.detach(), beta * chosen.detach(),
+                    beta * rejected.detach(), log_odds.detach())
 
 
 def approx_kl(
