@@ -1,5 +1,6 @@
 """The code location loads, validates with Dagster's own CLI, and keeps its contract names."""
 
+import ast
 import os
 import re
 import subprocess
@@ -55,16 +56,73 @@ def test_sensor_and_partitions_are_named_as_the_contract_says():
     assert graph.get(dg.AssetKey("minhash_signatures")).partitions_def.name == "trace_batches"
 
 
-def test_library_modules_never_import_dagster():
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, at the top or inside a function (``from a import b``: ``a.b`` and ``a``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return out
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_only_defs_and_orchestration_import_dagster():
+    """defs/ defines the graph; orchestration/ is its one client (runs, run queries, the workflow driver)."""
     offenders = []
     for path in sorted((REPO / "training_assets").rglob("*.py")):
         rel = path.relative_to(REPO / "training_assets")
-        if rel.parts[0] in {"defs"} or rel.name == "definitions.py":
+        if rel.parts[0] in {"defs", "orchestration"} or rel.name == "definitions.py":
             continue
         # dagster_pipes (the light protocol a Pipes subprocess speaks) is not dagster
         if re.search(r"^\s*(import dagster|from dagster)(\s|\.|$)", path.read_text(), re.MULTILINE):
             offenders.append(str(rel))
     assert offenders == []
+
+
+def test_defs_holds_definitions_and_only_orchestration_reaches_into_it():
+    """No run worker or helper program lives in defs/, and library code reaches the instance through
+    orchestration/: outside it only a stage's ``config`` module (the assets' run-config classes, which
+    the agent validates a tool's config against) may be imported from defs/."""
+    programs = [str(p.relative_to(REPO)) for p in (REPO / "training_assets" / "defs").rglob("*.py")
+                if "__main__" in p.read_text()]
+    assert programs == [], "defs/ holds Dagster definitions, not programs: move them to training_assets/orchestration/"
+    offenders = []
+    for path in sorted((REPO / "training_assets").rglob("*.py")):
+        rel = path.relative_to(REPO / "training_assets")
+        if rel.parts[0] in {"defs", "orchestration"} or rel.name == "definitions.py":
+            continue
+        offenders += [f"{rel}: {m}" for m in _imports(path) if m.startswith("training_assets.defs.")
+                      and not re.fullmatch(r"training_assets\.defs\.\w+\.config(\.\w+)?", m)]
+    assert offenders == []
+
+
+def test_no_import_cycle_among_the_agent_and_orchestration_modules():
+    """Counting imports inside functions too: a cycle kept alive by a deferred import is still a cycle."""
+    files = [p for d in ("agent", "orchestration") for p in (REPO / "training_assets" / d).rglob("*.py")]
+    edges = {_module(p): {m for m in _imports(p)} for p in files}
+    for module in edges:
+        edges[module] &= set(edges) - {module}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            module, chain = stack.pop()
+            for nxt in sorted(edges[module]):
+                if nxt == start:
+                    return chain + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, chain + [nxt]))
+        return None
+
+    cycles = [" -> ".join(c) for c in map(cycle_from, sorted(edges)) if c]
+    assert cycles == []
 
 
 def test_kernels_import_only_numpy_numba_and_the_standard_library():

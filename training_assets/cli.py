@@ -24,7 +24,8 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
     """The parser with every verb, or only those of the given ``commands`` modules."""
     parser = argparse.ArgumentParser(prog="training-assets", description="Train in-house LLMs from agent traces.")
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    names = sorted(i.name for i in pkgutil.iter_modules(commands.__path__)) if modules is None else modules
+    names = (sorted(i.name for i in pkgutil.iter_modules(commands.__path__) if not i.name.startswith("_"))
+             if modules is None else modules)  # _helpers.py: shared by verbs, not one
     for name in names:
         importlib.import_module(f"{commands.__name__}.{name}").register(subparsers)
     return parser

@@ -5,7 +5,7 @@
 
 The one source of lineage for the registry (``registry_entry``, ``training-assets register``):
 everything is read from the files the stages wrote — the checkpoint manifests up the chain
-(``trainers.manifest``), the dataset and tokenizer versions they recorded, and the trace batches
+(``checkpoint_manifest``), the dataset and tokenizer versions they recorded, and the trace batches
 behind the examples (``trained_trace_batches``). No Dagster instance is consulted, so the CLI,
 the asset and a notebook give the same answer.
 """
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from training_assets.trainers.manifest import CheckpointManifest, read_manifest
+from training_assets.checkpoint_manifest import CheckpointManifest, read_manifest
 
 
 class LineageError(RuntimeError):

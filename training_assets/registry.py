@@ -43,8 +43,8 @@ from training_assets.deploy import Deployment, DeploymentError, DeploymentTarget
 from training_assets.lineage import Lineage
 from training_assets.storage import fingerprint
 from training_assets.tracking import local_artifact_location
-from training_assets.trainers.loading import CheckpointDirs, resolve_checkpoint
-from training_assets.trainers.manifest import MANIFEST_FILE, CheckpointManifest
+from training_assets.checkpoint_loading import CheckpointDirs, resolve_checkpoint
+from training_assets.checkpoint_manifest import MANIFEST_FILE, CheckpointManifest
 
 DEFAULT_MODEL_NAME = "agent-model"
 BASE_SUFFIX = "-base"

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.storage import sha256_tree, write_json_atomic
-from training_assets.trainers.loading import CheckpointDirs, resolve_checkpoint
-from training_assets.trainers.manifest import (MANIFEST_FILE, CheckpointManifest, read_manifest_file, snapshot_manifest,
+from training_assets.checkpoint_loading import CheckpointDirs, resolve_checkpoint
+from training_assets.checkpoint_manifest import (MANIFEST_FILE, CheckpointManifest, read_manifest_file, snapshot_manifest,
                                                write_manifest)
 
 MODEL_DIR = "model"
@@ -161,7 +161,7 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
     from mlflow.artifacts import download_artifacts
     from transformers import AutoModelForCausalLM
 
-    from training_assets.trainers.loading import load_tokenizer_dir
+    from training_assets.checkpoint_loading import load_tokenizer_dir
 
     dst = Path(dst or tempfile.mkdtemp(prefix="registry-"))
     folder = Path(download_artifacts(artifact_uri=resolve_model_uri(model_uri, tracking_uri), dst_path=str(dst / "version"),
@@ -184,7 +184,7 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
 
 def source_dirs(path: str | os.PathLike[str]) -> tuple[CheckpointDirs, CheckpointManifest]:
     """The folders of a checkpoint to register and its manifest (one made up for a plain HF folder)."""
-    from training_assets.trainers.manifest import folder_manifest
+    from training_assets.checkpoint_manifest import folder_manifest
 
     dirs = resolve_checkpoint(path)
     if (Path(path) / MANIFEST_FILE).is_file():

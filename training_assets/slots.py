@@ -13,7 +13,12 @@ with a ``SELECT … FOR UPDATE SKIP LOCKED`` and then an ``UPDATE`` in two state
 connection (and SQLite ignores the row lock), so two steps claiming within milliseconds can both
 take the one slot (seen in tests/trainers/test_pools.py on PostgreSQL and on SQLite; the same
 statement-level autocommit is discussed in dagster-io/dagster#34092). The pool still queues the
-steps and shows them in the UI; this lock is what makes the limit hold.
+steps and shows them in the UI; this lock is what makes the limit hold. It is the one scheduling
+device kept beside Dagster's, for that race only: drop it once Dagster claims a pool slot in one
+atomic statement.
+
+It lives in the library, not in ``training_assets.orchestration``: a training step takes it inside
+its own execution, and it knows nothing of a Dagster instance (no dagster import).
 """
 
 from __future__ import annotations

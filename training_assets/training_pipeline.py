@@ -102,7 +102,7 @@ def run_pretrain_pipeline(config: TrainConfig, *, corpus: Iterable[Mapping[str, 
     versions: dict[str, str] = {}
     if train_tokenizer_first:
         from training_assets.tokenizer_trainer import train_tokenizer
-        from training_assets.trainers.loading import load_tokenizer_dir
+        from training_assets.checkpoint_loading import load_tokenizer_dir
 
         folder = Path(config.output_dir) / "tokenizer"
         train_tokenizer(texts, vocab_size=tokenizer_vocab_size).save_pretrained(str(folder))
@@ -126,7 +126,7 @@ def _tokenizer_of(config: TrainConfig) -> Any:
     source = config.tokenizer or config.base_model
     if source is None:
         return None
-    from training_assets.trainers.loading import load_tokenizer_dir
+    from training_assets.checkpoint_loading import load_tokenizer_dir
 
     return load_tokenizer_dir(source)
 

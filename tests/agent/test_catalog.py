@@ -10,7 +10,7 @@ import yaml
 
 from training_assets.agent import personas, workflow
 from training_assets.agent.server import SKILL_PATH, build_server
-from training_assets.agent.tools import TOOL_NAMES, TOOLS
+from training_assets.agent.tools import TOOLS
 
 # issue 11: the seed's tools and the platform's own, exactly these names
 ISSUE_TOOLS = {
@@ -29,7 +29,7 @@ def listed_tools(server):
 
 def test_the_server_exposes_exactly_the_issue_tools_with_annotations_and_output_schemas():
     tools = {t.name: t for t in listed_tools(build_server())}
-    assert set(tools) == ISSUE_TOOLS == set(TOOL_NAMES) == set(TOOLS)
+    assert set(tools) == ISSUE_TOOLS == set(TOOLS)
     for name, t in tools.items():
         assert t.output_schema and t.output_schema.get("type") == "object", name
         assert t.description.strip(), name
@@ -76,7 +76,7 @@ def test_a_persona_server_lists_only_its_tools_and_its_prompt(persona):
 
 
 def test_the_workflow_is_declared_in_the_seeds_order_over_real_assets_and_tools():
-    from training_assets.defs.agent_catalog import describe_graph
+    from training_assets.orchestration.catalog import describe_graph
 
     graph = describe_graph()
     spec = workflow.load_workflow("train_model")

@@ -46,25 +46,26 @@ def test_missing_partitions_are_reported_apart_and_make_nothing_run_by_themselve
 
 
 def test_the_config_mapping_uses_the_assets_fields_and_the_trainconfig_spellings():
-    graph = {"sft_checkpoint": {"config": {"max_steps": {}, "lora_r": {}, "lora_alpha": {}}, "parents": []}}
+    graph = {"sft_checkpoint": {"config": {"max_steps": {}, "lora": {}}, "parents": []}}
     assert graph_map.to_run_config("train_sft", {"max_steps": 4, "lora": {"r": 8, "alpha": 16}}, graph) == {
-        "sft_checkpoint": {"max_steps": 4, "lora_r": 8, "lora_alpha": 16}}
+        "sft_checkpoint": {"max_steps": 4, "lora": {"r": 8, "alpha": 16}}}
     with pytest.raises(ToolInputError, match=r"config.max_step: unknown field for train_sft; did you mean max_steps"):
         graph_map.to_run_config("train_sft", {"max_step": 4}, graph)
     with pytest.raises(ToolInputError, match="config.output_dir: set by the asset graph"):
         graph_map.to_run_config("train_sft", {"output_dir": "/tmp/x"}, graph)
     assert graph_map.dagster_run_config({"sft_checkpoint": {"max_steps": 4}, "tokenizer": {}}) == {
         "ops": {"sft_checkpoint": {"config": {"max_steps": 4}}}}
-    fields = graph_map.train_config_fields("sft_checkpoint", {"max_steps": 4, "lora_r": 8, "lora_alpha": 16,
+    fields = graph_map.train_config_fields("sft_checkpoint", {"max_steps": 4, "lora": {"r": 8, "alpha": 16},
                                                              "num_processes": 1})
-    assert fields["max_steps"] == 4 and fields["lora"] == {"r": 8, "alpha": 16} and fields["packing"] is True
-    assert "num_processes" not in fields and "lora_r" not in fields
+    assert fields["max_steps"] == 4 and fields["packing"] is True
+    assert fields["lora"]["r"] == 8 and fields["lora"]["alpha"] == 16  # the rest: LoraSpec's defaults
+    assert fields["lora"]["dropout"] == 0.0 and "num_processes" not in fields
     dpo = graph_map.train_config_fields("dpo_checkpoint", {"dpo": {"beta": 0.25}})
     assert dpo["dpo"]["beta"] == 0.25 and dpo["dpo"]["loss_type"] == "sigmoid"
 
 
 def test_dedup_and_decontaminate_own_only_their_part_of_the_corpus_config():
-    from training_assets.defs.agent_catalog import describe_graph
+    from training_assets.orchestration.catalog import describe_graph
 
     graph = describe_graph()
     dedup = graph_map.accepted_fields("dedup_corpus", ("curated_corpus",), graph)
@@ -78,7 +79,7 @@ def test_dedup_and_decontaminate_own_only_their_part_of_the_corpus_config():
 
 
 def test_a_task_picks_the_variants_and_checks_each_assets_config():
-    from training_assets.defs.agent_catalog import describe_graph
+    from training_assets.orchestration.catalog import describe_graph
 
     graph = describe_graph()
     spec = workflow.load_workflow()
@@ -87,7 +88,7 @@ def test_a_task_picks_the_variants_and_checks_each_assets_config():
     stages = {s.name: s for s in workflow.resolve_stages(spec, task)}
     assert stages["train"].force == ["base_checkpoint"] and stages["align"].assets == ["grpo_checkpoint"]
     assert [g.asset for g in stages["align_eval"].gates] == ["grpo_eval_report"]
-    assert task.config == {"sft_checkpoint": {"lora_r": 4}}
+    assert task.config == {"sft_checkpoint": {"lora": {"r": 4}}}
     with pytest.raises(ToolInputError, match="task.align"):
         workflow.parse_task(spec, {"align": ["ppo"]}, graph)
     with pytest.raises(ToolInputError, match="merge_adapters needs dpo_checkpoint"):

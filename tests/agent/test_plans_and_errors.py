@@ -32,7 +32,7 @@ def test_plans_write_nothing_start_no_run_and_say_what_would_run(agent_env):
     reasons = {s["asset"]: s["reason"] for s in sft["materialize"]}
     assert reasons["sft_checkpoint"] == "config given" and reasons["tokenizer"] == "missing"
     assert {"curated_corpus", "sft_dataset", "base_checkpoint"} <= set(reasons)
-    assert sft["run_config"]["ops"]["sft_checkpoint"]["config"] == {"max_steps": 3, "lora_r": 4}
+    assert sft["run_config"]["ops"]["sft_checkpoint"]["config"] == {"max_steps": 3, "lora": {"r": 4}}
     assert sft["details"]["trace_batches"]["new_in_inbox"] and sft["config_fields"]["max_steps"]["default"] == 6
     assert "execute" in sft["next_step"]
     dedup = results["dedup"].structured_content
@@ -118,9 +118,9 @@ def test_a_persona_sees_only_its_tools_and_is_refused_the_others(agent_env):
 
 
 def test_execute_while_a_run_of_the_same_asset_is_in_flight_is_refused_and_cancel_stops_it(agent_env):
-    from training_assets.defs.agent_catalog import definitions, get_instance
+    from training_assets.orchestration.catalog import defs, get_instance
 
-    job = definitions().resolve_implicit_global_asset_job_def()
+    job = defs.resolve_implicit_global_asset_job_def()
     pending = get_instance().create_run_for_job(job_def=job, asset_selection={dg.AssetKey("tokenizer")},
                                                 tags={"training_assets/launched_by": "someone-else"})
     server = build_server(persona="data_curator")

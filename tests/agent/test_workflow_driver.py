@@ -2,8 +2,9 @@
 
 import pytest
 
-from training_assets.agent import workflow, workflow_driver
+from training_assets.agent import workflow
 from training_assets.agent.models import WorkflowReport
+from training_assets.agent import workflow_driver
 from training_assets.agent.workflow_driver import Driver
 
 
@@ -12,7 +13,7 @@ class ScriptedBackend:
     evaluates each gate it materialises as ``gates`` says (default: passed)."""
 
     def __init__(self, missing=(), gates=None, failing=(), gate_state=None, judged_at=None):
-        from training_assets.defs.agent_catalog import describe_graph
+        from training_assets.orchestration.catalog import describe_graph
 
         self._graph = describe_graph()
         self.missing, self.gates, self.failing = set(missing), gates or {}, set(failing)

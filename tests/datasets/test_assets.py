@@ -16,8 +16,7 @@ def test_materialise_tokenizer_and_datasets_with_checks(sample_root, tmp_path):
     root = tmp_path / "data"
     shutil.copytree(sample_root, root)
     shutil.rmtree(root / "tokenizer")
-    assets = [tokenizer_assets.tokenizer, dataset_assets.sft_dataset, dataset_assets.preference_pairs,
-              dataset_assets.grpo_groups, dataset_assets.pretrain_windows]
+    assets = [tokenizer_assets.tokenizer, *dataset_assets.dataset_assets]
     run_config = {"ops": {"tokenizer": {"config": {"vocab_size": 1024}}}}
     result = dg.materialize(assets, resources={"data_root": DataRoot(path=str(root))}, run_config=run_config,
                             instance=dg.DagsterInstance.ephemeral())

@@ -74,7 +74,7 @@ def tiny_checkpoints(tmp_path_factory):
 def write_manifest(root, asset_key, kind, checkpoint_dir, base_model_dir, tokenizer_dir, data_versions=None,
                    run_id="mlflow-run-1", data_version=None, examples=None):
     """Write a checkpoint manifest through the manifest module, as the trainers do."""
-    from training_assets.trainers.manifest import CheckpointManifest, TrainSummary, write_asset_manifest
+    from training_assets.checkpoint_manifest import CheckpointManifest, TrainSummary, write_asset_manifest
 
     manifest = CheckpointManifest(
         asset=asset_key, kind=kind, checkpoint_dir=str(checkpoint_dir),

@@ -11,7 +11,7 @@ from training_assets.defs.registry.resources import VllmDeployment
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.deploy import DeploymentTarget
 from training_assets import evaluation
-from training_assets.trainers.manifest import read_manifest, write_asset_manifest
+from training_assets.checkpoint_manifest import read_manifest, write_asset_manifest
 from training_assets.lineage import Lineage
 from training_assets.registry import ModelRegistry, register_checkpoint
 

@@ -3,8 +3,8 @@
 import pytest
 
 from training_assets import evaluation as eh
+from training_assets.checkpoint_loading import load_checkpoint
 from training_assets.evaluation import suite
-from training_assets.trainers.loading import load_checkpoint
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from training_assets import evaluation as eh
-from training_assets.trainers.loading import load_checkpoint
+from training_assets.checkpoint_loading import load_checkpoint
 
 
 def test_suite_runs_on_an_adapter_through_its_manifest(data_root, tiny_checkpoints, manifest_writer):

@@ -102,7 +102,7 @@ def test_register_reregister_hand_over_and_load_by_alias(registry, mlflow_server
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from training_assets.trainers.loading import load_checkpoint, load_tokenizer_dir
+    from training_assets.checkpoint_loading import load_checkpoint, load_tokenizer_dir
 
     first = register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
     assert register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1").version == first.version == 1
@@ -195,7 +195,7 @@ def test_registry_entry_against_the_server_links_the_run_and_logs_the_gate(mlflo
     from training_assets.defs.registry.resources import VllmDeployment
     from training_assets.defs.resources import DataRoot, MlflowTracking
     from training_assets.storage import write_json_atomic
-    from training_assets.trainers.manifest import read_manifest
+    from training_assets.checkpoint_manifest import read_manifest
 
     monkeypatch.setenv("TRAINING_ASSETS_SERVE_DIR", str(tmp_path / "served"))
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)

@@ -2,10 +2,10 @@
 
 import pytest
 
+from training_assets.checkpoint_manifest import CheckpointManifest
 from training_assets.deploy import DeploymentTarget
 from training_assets.lineage import Lineage, LineageError, collect_lineage
 from training_assets.registry import ModelRegistry, RegistryError, promotion_verdict, register_checkpoint, uri_path
-from training_assets.trainers.manifest import CheckpointManifest
 
 TARGET = DeploymentTarget("generator", "agent")
 
@@ -55,7 +55,7 @@ def test_roles_are_independent_aliases(registry, tiny_checkpoints):
 def test_registered_checkpoint_is_a_snapshot_that_retraining_cannot_change(registry, tiny_checkpoints, tmp_path):
     import shutil
 
-    from training_assets.trainers.loading import resolve_checkpoint
+    from training_assets.checkpoint_loading import resolve_checkpoint
 
     source = tmp_path / "adapter"
     shutil.copytree(tiny_checkpoints["adapter"], source)
@@ -70,8 +70,8 @@ def test_registered_checkpoint_is_a_snapshot_that_retraining_cannot_change(regis
 
 def test_register_is_public_and_the_stored_model_keeps_the_typed_manifest(registry, upstream):
     from training_assets.registry_artifacts import stored_folder
-    from training_assets.trainers.loading import resolve_checkpoint
-    from training_assets.trainers.manifest import read_manifest, read_manifest_file
+    from training_assets.checkpoint_loading import resolve_checkpoint
+    from training_assets.checkpoint_manifest import read_manifest, read_manifest_file
 
     entry = registry.register(upstream / "merged_adapter", TARGET, "merged-1", Lineage(trace_partitions=("b1",)))
     assert register_checkpoint(registry, upstream / "merged_adapter", TARGET, "merged-1").version == entry.version
@@ -172,7 +172,7 @@ def test_lineage_answers_which_traces_trained_the_model(upstream, registry):
 
 
 def test_lineage_refuses_a_chain_whose_upstream_was_retrained(upstream):
-    from training_assets.trainers.manifest import read_manifest, write_asset_manifest
+    from training_assets.checkpoint_manifest import read_manifest, write_asset_manifest
 
     manifest = read_manifest(upstream, "sft_checkpoint")
     write_asset_manifest(upstream, manifest.model_copy(update={"data_version": "dv-sft-retrained"}))

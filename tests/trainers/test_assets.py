@@ -2,9 +2,16 @@
 
 import pytest
 
+from training_assets.checkpoint_loading import load_checkpoint
+from training_assets.checkpoint_manifest import read_manifest
 from training_assets.trainers import jobs
-from training_assets.trainers.loading import load_checkpoint
-from training_assets.trainers.manifest import read_manifest
+
+
+def _checkpoint_asset(key: str):
+    """A checkpoint asset of the factory's list (one per kind of training_assets.kinds)."""
+    from training_assets.defs.training.assets import checkpoint_assets
+
+    return next(a for a in checkpoint_assets if a.key.to_user_string() == key)
 
 
 @pytest.fixture
@@ -20,14 +27,13 @@ def test_asset_graph_deps_and_tags():
 
     expected = {"base_checkpoint": {"pretrain_windows", "tokenizer"},
                 "sft_checkpoint": {"sft_dataset", "base_checkpoint", "tokenizer"},
-                "dpo_checkpoint": {"sft_checkpoint", "preference_pairs", "sft_eval_report"},
-                "grpo_checkpoint": {"sft_checkpoint", "grpo_groups", "sft_eval_report"},
+                "dpo_checkpoint": {"sft_checkpoint", "preference_pairs", "sft_eval_report", "tokenizer"},
+                "grpo_checkpoint": {"sft_checkpoint", "grpo_groups", "sft_eval_report", "tokenizer"},
                 "merged_adapter": {"dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report", "grpo_eval_report"}}
     for name, deps in expected.items():
-        spec = getattr(assets, name)
+        spec = assets.merged_adapter if name == "merged_adapter" else _checkpoint_asset(name)
         assert {k.to_user_string() for k in spec.asset_deps[dg.AssetKey(name)]} == deps, name
-    for name in expected:  # one training step at a time: the pool, not a run tag
-        assert getattr(assets, name).op.pool == "training", name
+        assert spec.op.pool == "training", name  # one training step at a time: the pool, not a run tag
     from training_assets.defs.training.jobs import training_job
 
     assert training_job.name == "training_job" and "training_assets/resource" not in training_job.tags
@@ -43,7 +49,7 @@ def test_base_checkpoint_trains_in_a_pipes_subprocess_and_in_the_runs_process_al
 
     from training_assets import tracking
     from training_assets.defs.resources import DataRoot, MlflowTracking
-    from training_assets.defs.training.assets import base_checkpoint
+    base_checkpoint = _checkpoint_asset("base_checkpoint")
 
     config = {"max_steps": 3, "batch_size": 4}
     result = dg.materialize([base_checkpoint], resources={"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking()},
@@ -109,14 +115,14 @@ def test_the_pipes_result_is_what_the_manifest_is_written_from(upstream, monkeyp
     resources = {"data_root": DataRoot(path=str(upstream)), "mlflow": MlflowTracking(tracking_uri="")}
     config = {"ops": {"base_checkpoint": {"config": {"max_steps": 1, "batch_size": 4, "tracker": "none",
                                                      "launcher": "subprocess"}}}}
-    assert dg.materialize([assets.base_checkpoint], resources=resources, run_config=config).success
+    assert dg.materialize([_checkpoint_asset("base_checkpoint")], resources=resources, run_config=config).success
     [[message]] = seen
     manifest = read_manifest(upstream, "base_checkpoint")
     assert message[accelerate_launch.RESULT_MESSAGE]["losses"] == manifest.train.losses
     assert message[accelerate_launch.RESULT_MESSAGE]["checkpoint_dir"] == manifest.checkpoint_dir
 
     monkeypatch.setattr(assets, "RESULT_MESSAGE", "something_else")  # the subprocess still sends "training_result"
-    failed = dg.materialize([assets.base_checkpoint], resources=resources, raise_on_error=False,
+    failed = dg.materialize([_checkpoint_asset("base_checkpoint")], resources=resources, raise_on_error=False,
                             run_config={"ops": {"base_checkpoint": {"config": {"max_steps": 2, "batch_size": 4,
                                                                                 "tracker": "none", "launcher": "subprocess"}}}})
     assert not failed.success
@@ -128,7 +134,7 @@ def test_in_process_launcher_refuses_several_processes(upstream):
     import dagster as dg
 
     from training_assets.defs.resources import DataRoot, MlflowTracking
-    from training_assets.defs.training.assets import base_checkpoint
+    base_checkpoint = _checkpoint_asset("base_checkpoint")
 
     config = {"max_steps": 1, "batch_size": 4, "tracker": "none", "launcher": "in_process", "num_processes": 2}
     result = dg.materialize([base_checkpoint], raise_on_error=False,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from training_assets.checkpoint_manifest import checkpoint_data_version
 from training_assets.trainers import jobs
-from training_assets.trainers.manifest import checkpoint_data_version
 
 HERE = Path(__file__).parent
 LORA = {"r": 4, "alpha": 8}

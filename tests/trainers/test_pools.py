@@ -51,8 +51,8 @@ def _events(instance: dg.DagsterInstance, run_id: str, event_type: str) -> list:
 
 
 def test_every_checkpoint_asset_is_in_the_training_pool():
-    for name in ("base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter"):
-        assert getattr(training_assets, name).op.pool == TRAINING_POOL, name
+    for asset in [*training_assets.checkpoint_assets, training_assets.merged_adapter]:
+        assert asset.op.pool == TRAINING_POOL, asset.key
 
 
 @pytest.fixture

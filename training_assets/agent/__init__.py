@@ -5,9 +5,10 @@
     training-assets agent run train_model --model-url URL              # an LLM drives the four personas
 
 A face of the platform beside ``commands/``: it calls the library and launches Dagster runs of the
-asset graph (through ``training_assets.defs.agent_*``, the only modules that import dagster), and the
-library never imports it. ``server.py`` builds the server, ``tools/`` holds the tools by area,
-``graph_map.py`` maps a tool's config onto assets and run config, ``runs.py`` launches and reads
-runs, ``workflow.py`` / ``workflow_driver.py`` plan and execute the workflow, ``driver.py`` is the
+asset graph (through ``training_assets.orchestration``, which with ``defs/`` alone imports dagster),
+and the library never imports it. ``server.py`` builds the server, ``tools/`` holds the tools by
+area, ``graph_map.py`` maps a tool's config onto assets and run config, ``runs.py`` picks the run
+backend and reads a run into a report, ``workflow.py`` / ``workflow_driver.py`` plan and execute
+the workflow (its runs through ``orchestration``'s backends), ``driver.py`` is the
 OpenAI-compatible agent loop; personas, the workflow and the Agent Skill are data files.
 """

@@ -32,8 +32,9 @@ from training_assets import http_client
 from training_assets.agent import personas, workflow
 from training_assets.agent.errors import AgentError
 from training_assets.agent.models import GateVerdict
-from training_assets.agent.runs import RunBackend, make_backend
+from training_assets.agent.runs import make_backend
 from training_assets.agent.runtime import Runtime
+from training_assets.orchestration.backends import RunBackend
 
 RUN_WAIT_S = 3600  # how long the loop waits for a run a stage launched (get_run's wait_s)
 

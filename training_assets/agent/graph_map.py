@@ -3,13 +3,13 @@ materialises, which of their Dagster config fields it may set, and the Dagster r
 
     target = tool_target("train_sft")                          # ("sft_checkpoint",)
     run_config = to_run_config("train_sft", {"max_steps": 4, "lora": {"r": 8}}, graph)
-    # {"sft_checkpoint": {"max_steps": 4, "lora_r": 8}}   (per asset; see dagster_run_config)
+    # {"sft_checkpoint": {"max_steps": 4, "lora": {"r": 8}}}   (per asset, TrainConfig's own spelling)
 
 Field names and defaults come from the Definitions (``graph`` is ``describe_graph()``): a field
 an asset's ``dg.Config`` gains is accepted without touching this module. What is hand-kept here
-is only what the graph cannot say: the tool → asset table, the subsets of ``curated_corpus``
-that ``dedup_corpus`` / ``decontaminate_corpus`` own, the TrainConfig spellings of the LoRA
-fields, the TrainConfig fields the graph itself decides (the base model, where a run writes), and
+is only what the graph cannot say: the tool → asset table (its training rows from
+``training_assets.kinds``), the subsets of ``curated_corpus`` that ``dedup_corpus`` /
+``decontaminate_corpus`` own, the TrainConfig fields the graph itself decides (the base model, where a run writes), and
 the config fields that name a file or a host (``REACH_FIELDS``), which ``check_reach`` holds to the
 operator's allow-lists (``paths.confine_path`` / ``confine_ray_address``) before anything runs.
 """
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from training_assets import paths
+from training_assets import kinds, paths
 from training_assets.agent.errors import AgentError, ToolInputError
 
 # tool -> the assets its config may set, in order (the last one is the tool's target)
@@ -32,19 +32,14 @@ TOOL_ASSETS: dict[str, tuple[str, ...]] = {
     "decontaminate_corpus": ("held_out_sets", "curated_corpus"),
     "train_tokenizer": ("tokenizer",),
     "compose_reward": ("grpo_groups",),
-    "pretrain_model": ("base_checkpoint",),
-    "train_sft": ("sft_checkpoint",),
-    "train_dpo": ("dpo_checkpoint",),
-    "train_grpo": ("grpo_checkpoint",),
+    **{k.tool: (k.checkpoint,) for k in kinds.KINDS.values()},  # one training tool per kind
     "merge_adapters_ties": ("merged_adapter",),
     "register_model": ("registry_entry",),
 }
-DATASET_KINDS = {"sft": "sft_dataset", "dpo": "preference_pairs", "grpo": "grpo_groups", "pretrain": "pretrain_windows"}
-EVAL_REPORTS = {"sft_checkpoint": "sft_eval_report", "dpo_checkpoint": "dpo_eval_report",
-                "grpo_checkpoint": "grpo_eval_report", "merged_adapter": "merged_eval_report"}
-TRAINING_TOOLS = {"pretrain_model": "base_checkpoint", "train_sft": "sft_checkpoint", "train_dpo": "dpo_checkpoint",
-                  "train_grpo": "grpo_checkpoint"}
-CHECKPOINT_ASSETS = set(TRAINING_TOOLS.values())
+DATASET_KINDS = {k.name: k.dataset for k in kinds.KINDS.values()}
+EVAL_REPORTS = {**{k.checkpoint: k.gate for k in kinds.KINDS.values() if k.gate}, "merged_adapter": "merged_eval_report"}
+TRAINING_TOOLS = {k.tool: k.checkpoint for k in kinds.KINDS.values()}
+CHECKPOINT_ASSETS = set(kinds.CHECKPOINTS)
 
 # Parts of curated_corpus's config that belong to one tool (the rest belongs to curate_corpus).
 FIELD_SUBSETS: dict[str, dict[str, set[str]]] = {
@@ -61,8 +56,6 @@ REACH_FIELDS: dict[str, Literal["glob", "file", "host"]] = {
     "ray_address": "host",  # curated_corpus (None = $RAY_ADDRESS)
 }
 GLOB_MAGIC = re.compile(r"[*?[]")
-# TrainConfig spelling -> the checkpoint assets' Dagster config field
-TRAIN_ALIASES = {("lora", "r"): "lora_r", ("lora", "alpha"): "lora_alpha"}
 # TrainConfig fields the asset graph decides for a checkpoint asset, and why
 GRAPH_OWNED = {
     "base_model": "the checkpoint asset trains from its upstream checkpoint (sft <- base_checkpoint, dpo/grpo <- sft_checkpoint)",
@@ -90,21 +83,6 @@ def _train_config_names() -> set[str]:
     return set(TrainConfig.model_fields)
 
 
-def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"lora": {"r": 8}}`` -> ``{"lora_r": 8}``; other keys unchanged."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping) and key in {outer for outer, _ in TRAIN_ALIASES}:
-            for inner, v in value.items():
-                if (key, inner) not in TRAIN_ALIASES:
-                    raise ToolInputError(f"config.{key}.{inner}", f"unknown field; {key} takes "
-                                         f"{sorted(i for k, i in TRAIN_ALIASES if k == key)}")
-                out[TRAIN_ALIASES[(key, inner)]] = v
-        else:
-            out[key] = value
-    return out
-
-
 def accepted_fields(tool: str, assets: tuple[str, ...], graph: Mapping[str, Any]) -> dict[str, str]:
     """field -> the asset it configures, for the config a tool takes."""
     subsets = FIELD_SUBSETS.get(tool)
@@ -122,7 +100,7 @@ def to_run_config(tool: str, config: Mapping[str, Any] | None, graph: Mapping[st
                   assets: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
     """Per-asset Dagster config values for a tool's ``config``; raises ToolInputError naming the field."""
     assets = assets or tool_target(tool)
-    flat = _flatten(dict(config or {}))
+    flat = dict(config or {})
     accepted = accepted_fields(tool, assets, graph)
     training = tool in TRAINING_TOOLS
     out: dict[str, dict[str, Any]] = {a: {} for a in assets}
@@ -145,7 +123,7 @@ def asset_run_config(asset: str, config: Mapping[str, Any] | None, graph: Mappin
     """One asset's Dagster config values from fields in its own or TrainConfig spelling (workflow tasks)."""
     if not isinstance(config, Mapping):
         raise ToolInputError(where, "an object of config fields")
-    flat = _flatten(dict(config))
+    flat = dict(config)
     accepted = graph[asset]["config"]
     for name in flat:
         if name in accepted:
@@ -177,11 +155,20 @@ def effective_config(asset: str, values: Mapping[str, Any], graph: Mapping[str, 
 
 def train_config_fields(asset: str, effective: Mapping[str, Any]) -> dict[str, Any]:
     """The TrainConfig fields a checkpoint asset's run config means, exactly as the asset builds them
-    (``defs.training.config.overrides``: LoRA from lora_r/lora_alpha, nested dpo/grpo specs)."""
-    from training_assets.defs.agent_catalog import config_class
-    from training_assets.defs.training.config import overrides
+    (``defs.training.config.overrides``: nested lora and kind specs as TrainConfig takes them)."""
+    from pydantic import ValidationError
 
-    return overrides(config_class(asset)(**effective))
+    from training_assets.defs.training.config import overrides
+    from training_assets.orchestration.catalog import config_class
+    from training_assets.trainers import TrainConfig
+
+    fields = overrides(config_class(asset)(**effective))
+    try:  # the library's model is the one that knows the nested fields (lora.r, dpo.beta, ...)
+        TrainConfig(**fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise ToolInputError("config." + ".".join(map(str, error["loc"])), error["msg"]) from None
+    return fields
 
 
 def _glob_reach(pattern: str) -> list[str]:

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training_assets import kinds
 from training_assets.agent.models import AssetStep, TrainingPlan
-
-CHECKPOINT_UPSTREAM = {"sft_checkpoint": "base_checkpoint", "dpo_checkpoint": "sft_checkpoint",
-                       "grpo_checkpoint": "sft_checkpoint"}
 
 
 @dataclass
@@ -96,11 +94,12 @@ def training_plan(asset: str, train_fields: Mapping[str, Any], root: Path, limit
     cannot be computed yet (the dataset is not built). The same ``prepare_job`` → ``run_training``
     path the asset takes, with ``execute=False``: it reads the dataset and the upstream manifest and
     writes nothing."""
-    from training_assets.trainers.jobs import CHECKPOINT_ASSETS, prepare_job, run_training
-    from training_assets.trainers.manifest import read_manifest
+    from training_assets.trainers.jobs import prepare_job, run_training
+    from training_assets.checkpoint_manifest import read_manifest
     from training_assets.training_data import read_dataset_info
 
-    _, dataset, upstream = CHECKPOINT_ASSETS[asset]
+    training = kinds.kind_of_checkpoint(asset)
+    dataset, upstream = training.dataset, training.upstream
     notes: list[str] = []
     fields = dict(train_fields)
     if upstream is not None:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training_assets import paths
-from training_assets.agent.runs import RunBackend, make_backend
+from training_assets.agent.runs import make_backend
+from training_assets.orchestration.backends import RunBackend
 
 
 @dataclass

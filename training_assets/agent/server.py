@@ -28,7 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from training_assets.agent import personas
 from training_assets.agent.runtime import Runtime
-from training_assets.agent.tools import TOOL_NAMES, TOOLS
+from training_assets.agent.tools import TOOLS
 
 SKILL_PATH = Path(__file__).resolve().parent / "skills" / "train_model" / "SKILL.md"
 WORKFLOW_PATH = Path(__file__).resolve().parent / "workflows" / "train_model.yaml"
@@ -183,7 +183,7 @@ def _register_prompts(server: TrainingAssetsServer) -> None:
 def build_server(persona: str | None = None, dagster_url: str | None = None,
                  runtime: Runtime | None = None) -> TrainingAssetsServer:
     """The server for one persona (only its tools) or for every tool (``persona=None``)."""
-    tools = tuple(TOOL_NAMES) if persona is None else personas.load_persona(persona).tools
+    tools = tuple(TOOLS) if persona is None else personas.load_persona(persona).tools
     if runtime is None:
         from training_assets.agent.runs import make_backend
 
@@ -201,4 +201,4 @@ def build_server(persona: str | None = None, dagster_url: str | None = None,
 def describe_tools() -> list[dict[str, Any]]:
     """Name, kind and first docstring line of every tool (for docs and `training-assets mcp --list-tools`)."""
     return [{"name": n, "kind": TOOLS[n].kind, "title": TOOLS[n].title,
-             "summary": " ".join((TOOLS[n].fn.__doc__ or "").split())} for n in TOOL_NAMES]
+             "summary": " ".join((TOOLS[n].fn.__doc__ or "").split())} for n in TOOLS]

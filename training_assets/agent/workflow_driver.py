@@ -1,7 +1,7 @@
 """Executes a ``train_model`` workflow, stage by stage, as Dagster runs; stops at a failed gate.
 
     report = start(spec, task, backend_url=None, launched_by="mcp:ml_orchestrator", root=root)  # returns at once
-    python -m training_assets.agent.workflow_driver ROOT WORKFLOW_ID        # the detached driver it starts
+    python -m training_assets.agent.workflow_driver ROOT WORKFLOW_ID   # the detached driver it starts
 
 The driver decides each stage when it reaches it (from the instance's asset states then, so a
 stage whose inputs did not change is reused without a run), launches the stage's run and waits
@@ -26,10 +26,11 @@ from typing import Any
 from training_assets.agent import graph_map
 from training_assets.agent.models import GateVerdict, RunReport, StageReport, Task, WorkflowReport
 from training_assets.agent.planning import decide
-from training_assets.agent.runs import (LAUNCHED_BY_TAG, STAGE_TAG, WORKFLOW_TAG, RunBackend, make_backend,
-                                        run_report)
+from training_assets.agent.runs import make_backend, run_report
 from training_assets.agent.workflow import (ResolvedStage, WorkflowSpec, check_merge_inputs, forced_assets,
                                             gate_reevaluations, load_workflow, resolve_stages, stored_verdict)
+from training_assets.orchestration.backends import RunBackend
+from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG, STAGE_TAG, WORKFLOW_TAG
 
 MODULE = "training_assets.agent.workflow_driver"
 STAGE_OWNER_TAG = "training_assets/stage_owner"
@@ -43,6 +44,7 @@ def workflow_dir(root: Path, workflow_id: str) -> Path:
 
 
 def _save(root: Path, report: WorkflowReport) -> None:
+    # Deferred: storage imports pyarrow (~0.6 s), and the MCP server imports this module at start.
     from training_assets.storage import write_json_atomic
 
     write_json_atomic(workflow_dir(root, report.workflow_id or "") / "report.json",

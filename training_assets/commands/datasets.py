@@ -18,9 +18,9 @@ from typing import Any
 
 from training_assets import paths
 from training_assets.commands import emit, fail
-from training_assets.training_data.io import BUILD_KINDS
-
-KINDS = {kind: asset for asset, kind in BUILD_KINDS.items()}  # build-dataset kind -> dataset asset
+from training_assets.commands._options import add_model_options, model_from_args
+from training_assets.kinds import KINDS
+from training_assets.settings import DATASET_SETTINGS
 
 
 def _select_traces(args: argparse.Namespace) -> int:
@@ -79,16 +79,10 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _build(kind: str, root: Any, args: argparse.Namespace) -> Any:
-    from training_assets.training_data import pipeline
+    from training_assets.training_data import pipeline  # polars, pyarrow, the tokenizer stack: ~4 s, only to build
 
-    if kind == "sft":
-        return pipeline.build_sft_dataset(root, pipeline.SftConfig(args.max_tokens))
-    if kind == "dpo":
-        return pipeline.build_preference_dataset(root, pipeline.PreferenceConfig(args.max_pairs_per_task, not args.allow_failed_chosen))
-    if kind == "grpo":
-        return pipeline.build_grpo_dataset(root, pipeline.GrpoConfig(scale_rewards=args.scale_rewards,
-                                                                     min_pass_rate=args.min_pass_rate, max_pass_rate=args.max_pass_rate))
-    return pipeline.build_pretrain_dataset(root, pipeline.PretrainConfig(args.window))
+    dataset = KINDS[kind].dataset
+    return pipeline.BUILDERS[dataset].build(root, model_from_args(DATASET_SETTINGS[dataset], args))
 
 
 def _build_dataset(args: argparse.Namespace) -> int:
@@ -99,10 +93,10 @@ def _build_dataset(args: argparse.Namespace) -> int:
         hint = " (training-assets select-traces)" if "selected_traces" in str(exc) else ""
         return fail(f"build-dataset {args.kind}: {exc}{hint}")
     info = report.info
-    payload = {"dataset": KINDS[args.kind], "uri": str(info.path), "rows": info.rows, "data_version": info.data_version,
+    payload = {"dataset": KINDS[args.kind].dataset, "uri": str(info.path), "rows": info.rows, "data_version": info.data_version,
                "reused": report.reused, "key": info.key, "stats": info.stats,
                "checks": {c.name: {"passed": c.passed, "description": c.description} for c in report.checks}}
-    lines = [f"{KINDS[args.kind]} {info.data_version}: {info.rows} rows -> {info.path} ({'reused' if report.reused else 'built'})"]
+    lines = [f"{KINDS[args.kind].dataset} {info.data_version}: {info.rows} rows -> {info.path} ({'reused' if report.reused else 'built'})"]
     lines += [f"  check {c.name}: {'ok' if c.passed else 'FAILED'} - {c.description}" for c in report.checks]
     emit(args, payload, "\n".join(lines))
     return 0 if all(c.passed for c in report.checks) else 1
@@ -127,15 +121,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=_train_tokenizer)
 
-    p = subparsers.add_parser("build-dataset", help="build a training dataset: sft, dpo, grpo or pretrain")
-    p.add_argument("kind", choices=sorted(KINDS), help="which dataset (sft_dataset, preference_pairs, grpo_groups, pretrain_windows)")
-    p.add_argument("--root", default=None, help="data root (default $TRAINING_ASSETS_DATA or ./data)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="sft: longer conversations are skipped")
-    p.add_argument("--max-pairs-per-task", type=int, default=4, help="dpo: at most this many pairs per task")
-    p.add_argument("--allow-failed-chosen", action="store_true", help="dpo: a higher score suffices for chosen")
-    p.add_argument("--scale-rewards", choices=["group", "none"], default="group", help="grpo: 'none' is Dr. GRPO")
-    p.add_argument("--min-pass-rate", type=float, default=0.0, help="grpo: drop groups passing less often")
-    p.add_argument("--max-pass-rate", type=float, default=1.0, help="grpo: drop groups passing more often")
-    p.add_argument("--window", type=int, default=256, help="pretrain: tokens per packed window")
-    p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.set_defaults(handler=_build_dataset)
+    p = subparsers.add_parser("build-dataset", help=f"build a training dataset: {', '.join(KINDS)}")
+    by_kind = p.add_subparsers(dest="kind", required=True, metavar="KIND",
+                               help="; ".join(f"{k.name}: {k.dataset}" for k in KINDS.values()))
+    for kind in KINDS.values():  # one sub-command per training kind; its options are its builder's settings
+        settings = DATASET_SETTINGS[kind.dataset]
+        q = by_kind.add_parser(kind.name, help=f"build {kind.dataset}", description=(settings.__doc__ or "").strip().replace("``", ""))
+        q.add_argument("--root", default=None, help="data root (default $TRAINING_ASSETS_DATA or ./data)")
+        add_model_options(q, settings)
+        q.add_argument("--json", action="store_true", help="machine-readable report")
+        q.set_defaults(handler=_build_dataset)

@@ -15,7 +15,7 @@ def _demo(args: argparse.Namespace) -> int:
     for name, value in (("TQDM_DISABLE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
                         ("TRANSFORMERS_VERBOSITY", "error"), ("DATASETS_VERBOSITY", "error")):
         os.environ.setdefault(name, value)
-    from training_assets.defs.demo_runner import run_demo
+    from training_assets.orchestration.demo import run_demo  # dagster and the Definitions: seconds, only for demo
 
     summary = run_demo(log=(lambda _msg: None) if args.json else print)
     emit(args, summary, f"demo finished in {summary['elapsed_s']} s; failures: {summary['failures'] or 'none'}")

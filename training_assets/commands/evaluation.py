@@ -74,8 +74,8 @@ def _register(args: argparse.Namespace) -> int:
     from training_assets.evaluation import load_eval_report
     from training_assets.lineage import Lineage, LineageError, collect_lineage
     from training_assets.registry import RegistryError, promotion_verdict
-    from training_assets.trainers.loading import resolve_checkpoint
-    from training_assets.trainers.manifest import MANIFEST_FILE, folder_manifest, read_manifest_file
+    from training_assets.checkpoint_loading import resolve_checkpoint
+    from training_assets.checkpoint_manifest import MANIFEST_FILE, folder_manifest, read_manifest_file
 
     try:
         folder, asset = _checkpoint(args.checkpoint, args.root)

@@ -31,6 +31,7 @@ from typing import Any
 
 from training_assets import paths
 from training_assets.commands import emit, fail
+from training_assets.kinds import CHECKPOINTS
 
 
 
@@ -52,10 +53,10 @@ class GcPlan:
 
 def run_folders(root: Path) -> list[tuple[str, Path]]:
     """(asset, run folder) for every training run folder under the data root."""
-    from training_assets.trainers.jobs import CHECKPOINT_ASSETS, RUNS_DIR  # ~1.4 s to import: only when gc runs
+    from training_assets.trainers.jobs import RUNS_DIR  # ~1.4 s to import: only when gc runs
 
     out = []
-    for asset in CHECKPOINT_ASSETS:  # merged_adapter merges in place, without run folders
+    for asset in CHECKPOINTS:  # merged_adapter merges in place, without run folders
         runs = paths.asset_dir(asset, root) / RUNS_DIR
         if runs.is_dir():
             out.extend((asset, d) for d in sorted(runs.iterdir()) if d.is_dir() and not d.name.startswith("."))
@@ -97,7 +98,7 @@ def manifest_references(root: Path) -> list[tuple[Path, list[str]]]:
 
 def registry_references(tracking_uri: str | None, root: Path) -> list[tuple[str, list[str]]]:
     """(version label, strings of its definition) for every registered model version."""
-    from training_assets.registry import ModelRegistry
+    from training_assets.registry import ModelRegistry  # mlflow: seconds, only when gc reads the registry
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
@@ -156,10 +157,9 @@ def execute(plan: GcPlan) -> None:
 
 
 def _active_runs() -> list[dict[str, Any]]:
-    from training_assets.defs.active_runs import in_progress_runs
-    from training_assets.trainers.jobs import CHECKPOINT_ASSETS
+    from training_assets.orchestration.active_runs import in_progress_runs  # dagster: only when gc asks the instance
 
-    return in_progress_runs(set(CHECKPOINT_ASSETS))
+    return in_progress_runs(set(CHECKPOINTS))
 
 
 def _gc(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 from training_assets import paths
 from training_assets.commands import emit, fail
+from training_assets.kinds import KINDS
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from training_assets.trainers.jobs import KIND_ASSET, prepare_job, run_training, subprocess_launcher
+    from training_assets.trainers.jobs import prepare_job, run_training, subprocess_launcher
 
     try:
         fields = _parse_sets(args.set or [])
@@ -52,7 +53,7 @@ def _train(args: argparse.Namespace) -> int:
         if "lora" in fields and isinstance(fields["lora"], dict):
             fields["lora"] = {"r": 16, "alpha": 32, **fields["lora"]}
         output_dir = args.output_dir or Path(paths.data_root(args.root)) / "cli_runs" / args.kind
-        job = prepare_job(KIND_ASSET[args.kind], args.root, fields, output_dir=output_dir,
+        job = prepare_job(KINDS[args.kind].checkpoint, args.root, fields, output_dir=output_dir,
                           examples_jsonl=args.examples, limit=args.limit or None)
         launcher = subprocess_launcher() if args.num_processes > 1 else None
         run = run_training(job, execute=args.execute, num_processes=args.num_processes, launcher=launcher,
@@ -86,8 +87,8 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("train", help="plan (default) or run a training stage: pretrain, sft, dpo, grpo")
-    p.add_argument("kind", choices=["dpo", "grpo", "pretrain", "sft"], help="trainer")
+    p = subparsers.add_parser("train", help=f"plan (default) or run a training stage: {', '.join(KINDS)}")
+    p.add_argument("kind", choices=list(KINDS), help="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()))
     p.add_argument("--execute", action="store_true", help="train (without it only the plan is printed)")
     p.add_argument("--root", help="data root (default $TRAINING_ASSETS_DATA or ./data)")
     p.add_argument("--examples", help="JSONL file of examples instead of the dataset asset")

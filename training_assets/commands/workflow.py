@@ -48,10 +48,11 @@ def _lines(report: Any) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from training_assets.agent import workflow, workflow_driver
+    from training_assets.agent import workflow
     from training_assets.agent.errors import AgentError
     from training_assets.agent.runs import make_backend
     from training_assets.agent.runtime import Runtime
+    from training_assets.agent import workflow_driver
 
     rt = Runtime(backend=make_backend(args.dagster_url), dagster_url=args.dagster_url)
     try:

@@ -1,4 +1,4 @@
-"""Dagster definitions: the only package that imports dagster.
+"""Dagster definitions only (with ``orchestration/``, the only packages that import dagster).
 
 One folder per stage (``traces/``, ``corpus/``, ...), each with ``assets.py`` / ``checks.py`` /
 ``sensors.py``, loaded by ``dg.load_from_defs_folder`` (``training_assets/definitions.py``): a

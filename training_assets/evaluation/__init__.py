@@ -25,8 +25,11 @@ per seam:
 - ``gates``: the flat gate metrics and the pass/fail decision with its reasons.
 - ``report``: one stored, JSON-able report per checkpoint (suite + benchmarks + gate) and its chart.
 
-Checkpoints are resolved and loaded by ``trainers.loading``. Nothing heavy is imported here:
-torch, transformers, lm-eval and matplotlib are imported by the functions that need them.
+Checkpoints are resolved and loaded by ``training_assets.checkpoint_loading``, which sits below
+both this package and the trainers: evaluation imports nothing from ``training_assets.trainers``
+(the trainers' ``eval_hooks`` import evaluation, not the other way; ``tests/trainers/test_layers.py``).
+Nothing heavy is imported here: torch, transformers, lm-eval and matplotlib (the ``train`` and
+``eval`` extras) are imported by the functions that need them.
 """
 
 from __future__ import annotations

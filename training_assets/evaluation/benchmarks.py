@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import yaml
+
 from training_assets.evaluation.cases import EVAL_TASKS_DIR
+from training_assets.evaluation.suite import load_for_eval
 
 DEFAULT_BENCHMARKS = ("ta_held_out_traces", "ta_held_out_perplexity")
 
@@ -32,8 +37,6 @@ def lm_eval_available() -> tuple[bool, str]:
 
 def shipped_task_config(name: str) -> dict[str, Any]:
     """A shipped task YAML as a dict, its ``data_files`` made absolute (they are relative to the YAML)."""
-    import yaml
-
     path = EVAL_TASKS_DIR / f"{name}.yaml"
     if not path.is_file():
         shipped = sorted(p.stem for p in EVAL_TASKS_DIR.glob("*.yaml"))
@@ -68,10 +71,7 @@ def _load_tasks(manager: Any, specs: list[Any], seed: int = 0) -> dict[str, Any]
     ``simple_evaluate`` then also records the environment for its results (``add_env_info``: torch's
     ``collect_env`` runs ``pip list`` and other probes, ~0.8 s of CPU per call here), which we never read.
     """
-    import random
-
-    import numpy as np
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     random.seed(seed)
     np.random.seed(seed)
@@ -100,16 +100,14 @@ def evaluate_benchmarks(model_path: str | os.PathLike[str], tasks: Sequence[str]
         return {"skipped": reason, "tasks": {}}
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
+    import lm_eval  # the eval extra, checked by lm_eval_available
+    from lm_eval.models.huggingface import HFLM  # the eval extra, checked by lm_eval_available
+    from lm_eval.tasks import TaskManager  # the eval extra, checked by lm_eval_available
 
     shipped = {p.stem for p in EVAL_TASKS_DIR.glob("*.yaml")}
     specs: list[Any] = [shipped_task_config(t) if t in shipped else t for t in tasks]
     manager = TaskManager(include_path=str(EVAL_TASKS_DIR), include_defaults=not set(tasks) <= shipped)
     if loaded is None:
-        from training_assets.evaluation.suite import load_for_eval
-
         model, tokenizer, _ = load_for_eval(model_path, device, dtype)
     else:
         model, tokenizer = loaded

@@ -31,7 +31,7 @@ class Placement:
 
 def resolve_device(device: str = "auto", dtype: str = "auto") -> Placement:
     """The concrete device and dtype for ``device`` / ``dtype`` settings (see the module docstring)."""
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     device = (device or "auto").strip().lower()
     if device != "auto" and device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", device):

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from training_assets.evaluation.benchmarks import evaluate_benchmarks
 from training_assets.evaluation.cases import EvalCase
 from training_assets.evaluation.gates import GateThresholds, decide_gate, gate_metrics
 from training_assets.evaluation.suite import evaluate_checkpoint, load_for_eval
+from training_assets.storage import fingerprint, write_json_atomic
 
 EVAL_VERSION = "1"  # bump when scoring or generation changes: eval report assets re-run
 REPORT_FILE = "report.json"
@@ -30,8 +32,6 @@ def eval_config_id(cases: Sequence[EvalCase], benchmark_tasks: Sequence[str], be
     The dtype counts (bf16 greedy answers can differ from fp32 ones); float32, what every report
     before device selection used, leaves the identity as it was.
     """
-    from training_assets.storage import fingerprint
-
     parts: list[object] = [[asdict(c) for c in cases], list(benchmark_tasks), benchmark_limit, max_new_tokens, EVAL_VERSION]
     return fingerprint(*parts, *([dtype] if dtype != "float32" else []))
 
@@ -64,8 +64,6 @@ def run_eval_report(checkpoint_path: str | os.PathLike[str], cases: Sequence[Eva
 
 def write_eval_report(folder: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:
     """Write ``<folder>/report.json`` atomically (sorted keys: same report, same bytes)."""
-    from training_assets.storage import write_json_atomic
-
     return write_json_atomic(Path(folder) / REPORT_FILE, dict(payload))
 
 
@@ -79,12 +77,10 @@ def load_eval_report(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 def eval_chart_png(metrics: Mapping[str, float], baseline: Mapping[str, float] | None = None, title: str = "") -> bytes:
     """Bar chart of pass rates (overall and per category), beside the registered model's when known."""
-    import io
-
-    import matplotlib
+    import matplotlib  # ~2 s to import: only when a chart is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # ~2 s to import: only when a chart is drawn
 
     keys = [k for k in metrics if k == "pass_rate" or k.startswith("pass_rate/")]
     labels = ["overall" if k == "pass_rate" else k.split("/", 1)[1] for k in keys]

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from training_assets.checkpoint_loading import load_checkpoint
 from training_assets.evaluation.cases import DEFAULT_CASES, EvalCase, load_cases, parse_case
 from training_assets.evaluation.device import Placement, resolve_device
-from training_assets.trainers.loading import load_checkpoint
 from training_assets.evaluation.scorers import SCORERS
 
 
@@ -88,7 +88,7 @@ def generate_answers(model: Any, tokenizer: Any, cases: Sequence[EvalCase], max_
 
     The same cases in the same order give the same batches, hence the same answers on every run.
     """
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     stop = _stop_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stop[0] if stop else 0)
@@ -129,7 +129,7 @@ def evaluate_checkpoint(path: str | os.PathLike[str],
     ``dtype`` then do not apply); ``device`` / ``dtype``: see ``evaluation.device`` (auto: CUDA +
     bf16 when there is a GPU, else CPU fp32); ``batch_size``: cases per left-padded generate call.
     """
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     if not isinstance(cases, Sequence) or isinstance(cases, str):
         cases = load_cases(cases)

@@ -12,30 +12,24 @@ torch; the trainers load it when they train. ``peft_manager`` is re-exported as 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from training_assets import peft_manager
+from training_assets import kinds, peft_manager
+from training_assets.kinds import KIND_NAMES
 from training_assets.peft_manager import LoraSpec
 from training_assets.trainers.base import TrainerBase, TrainResult
 from training_assets.trainers.config import DpoSpec, GrpoSpec, PretrainSpec, TrainConfig
 from training_assets.trainers.plan import Plan
 
-TRAINER_KINDS = ("pretrain", "sft", "dpo", "grpo")
+TRAINER_KINDS = KIND_NAMES
 
 
 def get_trainer(kind: str, config: TrainConfig, **kwargs: Any) -> TrainerBase:
-    """The trainer for ``kind`` (pretrain | sft | dpo | grpo); kwargs: model=, tokenizer=, accelerator=, callbacks=."""
-    if kind == "pretrain":
-        from training_assets.trainers.pretrain import PretrainTrainer as cls
-    elif kind == "sft":
-        from training_assets.trainers.sft import SFTTrainer as cls
-    elif kind == "dpo":
-        from training_assets.trainers.dpo import DPOTrainer as cls
-    elif kind == "grpo":
-        from training_assets.trainers.grpo import GRPOTrainer as cls
-    else:
-        raise ValueError(f"unknown trainer kind {kind!r}; choose one of {TRAINER_KINDS}")
-    return cls(config, **kwargs)
+    """The trainer for ``kind`` (a row of ``training_assets.kinds``); kwargs: model=, tokenizer=, accelerator=, callbacks=."""
+    module, cls = kinds.kind(kind).trainer.split(":")
+    # the trainer modules import torch and transformers: only the one asked for, only when asked
+    return getattr(importlib.import_module(f"training_assets.trainers.{module}"), cls)(config, **kwargs)
 
 
 __all__ = ["TRAINER_KINDS", "DpoSpec", "GrpoSpec", "LoraSpec", "Plan", "PretrainSpec", "TrainConfig", "TrainResult",

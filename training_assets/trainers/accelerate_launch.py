@@ -29,10 +29,17 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from training_assets.storage import write_json_atomic
-from training_assets.dataset_rows import DatasetRows
+from dagster_pipes import open_dagster_pipes  # the light Pipes protocol package, not dagster itself
 
-DATASETS = ("pretrain_windows", "sft_dataset", "preference_pairs", "grpo_groups")
+from training_assets.dataset_rows import DatasetRows
+from training_assets.kinds import DATASETS
+from training_assets.launch import check_launched
+from training_assets.storage import write_json_atomic
+from training_assets.trainers import TrainConfig, get_trainer
+from training_assets.trainers.loop import step_logger
+from training_assets.trainers.plan import Plan
+from training_assets.training_data import open_dataset_rows
+
 RESULT_MESSAGE = "training_result"
 
 
@@ -49,8 +56,6 @@ def load_examples(spec: dict[str, Any]) -> list[dict[str, Any]] | DatasetRows:
         with open(spec["jsonl"], encoding="utf-8") as handle:
             rows: list[dict[str, Any]] | DatasetRows = [json.loads(line) for line in handle if line.strip()]
     else:
-        from training_assets.training_data import open_dataset_rows
-
         if spec["dataset"] not in DATASETS:
             raise ValueError(f"unknown dataset {spec['dataset']!r}; one of {sorted(DATASETS)}")
         rows = open_dataset_rows(spec["dataset"], spec.get("root"))
@@ -65,8 +70,6 @@ def make_accelerator(config: Any) -> Any:
     launcher, or on CPU (Accelerate 1.15 builds ``MULTI_CPU``, i.e. DDP, even with
     ``ACCELERATE_USE_FSDP=true``), they would silently train as plain DDP, so that is refused.
     """
-    from training_assets.launch import check_launched
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1 and config.distributed == "none":
         return None
@@ -75,8 +78,8 @@ def make_accelerator(config: Any) -> Any:
     if flag and os.environ.get(flag, "").lower() != "true":
         raise RuntimeError(f"distributed={config.distributed!r} needs `accelerate launch` with a {config.distributed} "
                            f"config (launch.write_config + build_launch_command(..., config_file=...)); {flag} is not set")
-    import torch
-    from accelerate import Accelerator
+    import torch  # torch: import-time stays torch-free
+    from accelerate import Accelerator  # the train extra, ~1 s: only for a multi-process or distributed run
 
     if flag and not torch.cuda.is_available():
         raise RuntimeError(f"distributed={config.distributed!r} needs GPUs: Accelerate sets up {config.distributed} only "
@@ -92,10 +95,6 @@ def make_accelerator(config: Any) -> Any:
 
 def run_job(job: dict[str, Any], log_fn: Any = None) -> dict[str, Any]:
     """Train per the job spec; returns (and on rank 0 writes, if the spec names a file) the result dict."""
-    from training_assets.trainers import TrainConfig, get_trainer
-    from training_assets.trainers.loop import step_logger
-    from training_assets.trainers.plan import Plan
-
     config = TrainConfig.from_dict(job["config"])
     accelerator = make_accelerator(config)
     callbacks = (step_logger(log_fn),) if log_fn is not None else ()
@@ -151,8 +150,6 @@ def main(argv: list[str] | None = None, kind: str | None = None, prog: str | Non
         job = read_job(args.job, kind)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         if os.environ.get("DAGSTER_PIPES_CONTEXT") and os.environ.get("RANK", "0") == "0":
-            from dagster_pipes import open_dagster_pipes  # the light Pipes protocol package, not dagster itself
-
             with open_dagster_pipes() as pipes:
                 result = run_job(job, log_fn=pipes.log.info)
                 pipes.report_custom_message({RESULT_MESSAGE: result})

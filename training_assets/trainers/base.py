@@ -5,6 +5,10 @@ trainers (``pretrain``, ``sft``, ``dpo``, ``grpo``) subclass ``TrainerBase`` in 
 and share ``trainers.loop.run_loop``. ``plan`` and ``train`` return mappings (the seed's
 examples read ``{planned_steps, effective_batch, ...}`` and ``{steps, losses, final_loss, ...}``)
 that keep attribute access (``result.loop.losses``).
+
+Layers (``A ← B``: B imports A, never the reverse; ``tests/trainers/test_layers.py``): config, plan
+← checkpoints, modeling ← loop ← base ← the kind trainers. ``modeling`` imports torch, so ``train``
+imports it when it runs: importing this module, and planning, stay torch-free.
 """
 
 from __future__ import annotations
@@ -16,11 +20,16 @@ from typing import Any
 
 import numpy as np
 
+from training_assets import tracking
+from training_assets.checkpoint_loading import load_tokenizer_dir
 from training_assets.dataset_rows import DatasetRows
-from training_assets.trainers.config import PretrainSpec, TrainConfig
+from training_assets.launch import check_launched
+from training_assets.trainers import checkpoints
+from training_assets.trainers.config import TrainConfig
+from training_assets.trainers.loop import LoopResult, run_loop
 from training_assets.trainers.plan import FieldsMapping, Plan, make_plan, tokenizer_vocab_size
 
-__all__ = ["LazyRows", "Plan", "PretrainSpec", "TrainConfig", "TrainResult", "TrainerBase"]
+__all__ = ["Examples", "LazyRows", "TrainResult", "TrainerBase", "as_examples"]
 Examples = Sequence[dict[str, Any]] | DatasetRows  # a list of dicts, or a memory-mapped dataset
 
 
@@ -53,12 +62,12 @@ class TrainResult(FieldsMapping):
 
     As a mapping it is the flat, JSON-able record of the run (``steps``, ``losses``, ``final_loss``,
     ``tokens_per_s``, ``checkpoint_dir``, ``plan``, ...) that a training subprocess reports back and
-    ``trainers.manifest`` turns into the checkpoint manifest.
+    ``checkpoint_manifest`` turns into the checkpoint manifest.
     """
 
     kind: str
     plan: Plan
-    loop: Any  # trainers.loop.LoopResult
+    loop: LoopResult
     checkpoint_dir: str  # HF dir (full model) or PEFT adapter dir
     adapter: bool
     base_model_dir: str | None
@@ -147,8 +156,6 @@ class TrainerBase:
         source = self.config.tokenizer or self.config.base_model
         if source is None:
             raise ValueError(f"{self.kind}: no tokenizer: set TrainConfig.tokenizer (a tokenizer dir) or pass tokenizer=")
-        from training_assets.trainers.loading import load_tokenizer_dir
-
         self.tokenizer = load_tokenizer_dir(source)
         return self.tokenizer
 
@@ -174,10 +181,7 @@ class TrainerBase:
         ``plan``: the plan already made for these examples (``trainers.jobs.run_training`` plans
         once per run); made here when not given.
         """
-        from training_assets import tracking
-        from training_assets.launch import check_launched
-        from training_assets.trainers import checkpoints, modeling
-        from training_assets.trainers.loop import run_loop
+        from training_assets.trainers import modeling  # torch, only when training
 
         check_launched(self.config, self.kind, self.accelerator)
         tokenizer = self.load_tokenizer()

@@ -27,8 +27,11 @@ Under several processes every rank calls ``save_checkpoint`` / ``resolve_resume`
 ``load_checkpoint`` (gathering sharded state is a collective, ``trainers.dist_state``); rank 0
 decides which checkpoint to resume from and writes.
 
-The finished model and its record are elsewhere: ``<output_dir>/final`` (``save_model_dir``),
-the manifest (``trainers.manifest``), loading a checkpoint (``trainers.loading``).
+The finished model is written here too (``<output_dir>/final``, ``save_model_dir``); its record
+and loading it are below the trainers: ``checkpoint_manifest`` and ``checkpoint_loading``.
+
+torch and safetensors (the ``train`` extra) are imported by the functions that read or write
+tensors: listing, pruning and resolving checkpoints (``gc``, the CLI) need neither.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from training_assets.peft_manager import ADAPTER_CONFIG, PeftManager, write_adapter_config
 from training_assets.storage import atomic_dir, sha256_file
 from training_assets.trainers import dist_state
 
@@ -96,7 +100,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     Reads every file once (sizes and SHA-256 against the record written last) and the
     safetensors header; it changes nothing, so a failure leaves the model untouched.
     """
-    from safetensors import safe_open
+    from safetensors import safe_open  # safetensors (train extra): only when weights are read or written
 
     try:
         info = json.loads((path / STATE_JSON).read_text())
@@ -188,7 +192,7 @@ def resolve_resume(resume_from: str | None, output_dir: str | os.PathLike[str]) 
 
 
 def rng_state() -> dict[str, Any]:
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     version, internal, gauss = random.getstate()
     np_state = np.random.get_state(legacy=False)
@@ -205,7 +209,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
@@ -236,15 +240,13 @@ def _fsync_tree(folder: Path) -> None:
 
 def _write_weights(folder: Path, model: Any, weights: dict[str, Any], trainable: list[str]) -> None:
     """The HF / PEFT files of ``weights`` (full, unsharded, on CPU) into ``folder``."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # safetensors (train extra): only when weights are read or written
 
     bare = dist_state.unwrap(model)
     missing = sorted(set(trainable) - set(weights))
     if missing:
         raise RuntimeError(f"the gathered state dict lacks trainable parameters {missing[:5]}")
     if hasattr(bare, "peft_config"):
-        from training_assets.peft_manager import ADAPTER_CONFIG, write_adapter_config
-
         save_file({n: weights[n] for n in trainable}, str(folder / TRAINABLE_FILE), metadata={"format": "pt"})
         bare.save_pretrained(str(folder), safe_serialization=True, state_dict=weights)
         for config_path in sorted(folder.rglob(ADAPTER_CONFIG)):  # byte-stable, as PeftManager.save writes it
@@ -261,7 +263,7 @@ def save_checkpoint(output_dir: str | os.PathLike[str], step: int, model: Any, o
 
     Every rank calls it (the state is gathered collectively); rank 0 writes. Returns the path.
     """
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     rank, world = dist_state.rank_and_world()
     layout = dist_state.layout(model, accelerator)
@@ -299,16 +301,14 @@ def save_checkpoint(output_dir: str | os.PathLike[str], step: int, model: Any, o
 
 
 def save_model_dir(model: Any, out_dir: str | os.PathLike[str], accelerator: Any = None) -> Path:
-    """The finished model as a HF dir (``modeling.save_final``), gathered first when it is sharded.
+    """The finished model as a HF dir (``_save_replica``), gathered first when it is sharded.
 
     Every rank calls it; rank 0 writes. One process or DDP: rank 0 saves its own copy.
     """
-    from training_assets.trainers import modeling
-
     rank, _ = dist_state.rank_and_world()
     if dist_state.layout(model, accelerator) == "replicated":
         if rank == 0:
-            modeling.save_final(dist_state.unwrap(model), out_dir)
+            _save_replica(dist_state.unwrap(model), out_dir)
     else:
         weights = dist_state.full_model_state(model, accelerator)
         if rank == 0:
@@ -316,12 +316,22 @@ def save_model_dir(model: Any, out_dir: str | os.PathLike[str], accelerator: Any
             with atomic_dir(out_dir) as tmp:
                 bare.save_pretrained(str(tmp), safe_serialization=True, state_dict=weights)
                 if hasattr(bare, "peft_config"):
-                    from training_assets.peft_manager import ADAPTER_CONFIG, write_adapter_config
-
                     for config_path in sorted(tmp.rglob(ADAPTER_CONFIG)):
                         write_adapter_config(config_path.parent, json.loads(config_path.read_text()))
     dist_state.barrier()
     return Path(out_dir)
+
+
+def _save_replica(model: Any, out_dir: str | os.PathLike[str]) -> None:
+    """HF dir, atomically: config.json + model.safetensors (full) or adapter_config.json + adapter_model.safetensors.
+
+    Same weights and config give the same bytes (the checkpoint's data version hashes this dir).
+    """
+    with atomic_dir(out_dir) as tmp:
+        if hasattr(model, "peft_config"):
+            PeftManager.save(model, tmp)
+        else:
+            model.save_pretrained(str(tmp), safe_serialization=True)
 
 
 # ---------------------------------------------------------------- load
@@ -334,8 +344,8 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, scal
     Every rank calls it. A checkpoint of another world size is refused: the data position counts
     global micro-batches of ``batch_size × world_size`` rows.
     """
-    import torch
-    from safetensors.torch import load_file
+    import torch  # torch: import-time stays torch-free
+    from safetensors.torch import load_file  # safetensors (train extra): only when weights are read or written
 
     rank, world = dist_state.rank_and_world()
     layout = dist_state.layout(model, accelerator)

@@ -31,7 +31,7 @@ WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 
 
 def rank_and_world() -> tuple[int, int]:
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: import-time stays torch-free
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -39,7 +39,7 @@ def rank_and_world() -> tuple[int, int]:
 
 
 def barrier() -> None:
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: import-time stays torch-free
 
     if rank_and_world()[1] > 1:
         dist.barrier()
@@ -47,7 +47,7 @@ def barrier() -> None:
 
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank (small picklable values between our own processes)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: import-time stays torch-free
 
     if rank_and_world()[1] == 1:
         return obj
@@ -57,7 +57,7 @@ def broadcast_object(obj: Any) -> Any:
 
 
 def all_gather_object(obj: Any) -> list[Any]:
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: import-time stays torch-free
 
     world = rank_and_world()[1]
     if world == 1:
@@ -70,11 +70,11 @@ def all_gather_object(obj: Any) -> list[Any]:
 def layout(model: Any, accelerator: Any = None) -> Layout:
     if accelerator is not None and str(getattr(accelerator, "distributed_type", "")).endswith("DEEPSPEED"):
         return "deepspeed"
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # torch: import-time stays torch-free
 
     if any(isinstance(p, DTensor) for p in model.parameters()):
         return "fsdp"
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import FullyShardedDataParallel  # torch: import-time stays torch-free
 
     if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
         return "fsdp"
@@ -110,7 +110,7 @@ def alias_names(model: Any) -> set[str]:
 
 
 def _options(**kwargs: Any) -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.checkpoint.state_dict import StateDictOptions  # torch: import-time stays torch-free
 
     return StateDictOptions(full_state_dict=True, **kwargs)
 
@@ -125,7 +125,7 @@ def full_model_state(model: Any, accelerator: Any = None) -> dict[str, Any] | No
     if kind == "deepspeed":
         state = accelerator.get_state_dict(deepspeed_engine(accelerator))  # ZeRO-3: 16-bit weights on rank 0
     elif kind == "fsdp":
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict  # torch: import-time stays torch-free
 
         state = get_model_state_dict(model, options=_options(cpu_offload=True))
     else:
@@ -149,7 +149,7 @@ def full_optimizer_state(model: Any, optimizer: Any, accelerator: Any = None) ->
     if kind == "deepspeed":
         return {} if rank == 0 else None
     if kind == "fsdp":
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # torch: import-time stays torch-free
 
         state = get_optimizer_state_dict(model, _torch_optimizer(optimizer), options=_options(cpu_offload=True))
         return state if rank == 0 else None
@@ -158,13 +158,13 @@ def full_optimizer_state(model: Any, optimizer: Any, accelerator: Any = None) ->
 
 def load_model_state(model: Any, tensors: dict[str, Any] | None, accelerator: Any = None) -> None:
     """Copy ``tensors`` (rank 0's; other ranks may pass ``None`` under FSDP) into the model. Collective under FSDP."""
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     kind = layout(model, accelerator)
     if kind == "deepspeed":
         return  # restored with the optimizer from DeepSpeed's own checkpoint (deepspeed_load)
     if kind == "fsdp":
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict  # torch: import-time stays torch-free
 
         set_model_state_dict(model, tensors or {}, options=_options(broadcast_from_rank0=True, strict=False))
         return
@@ -179,7 +179,7 @@ def load_optimizer_state(model: Any, optimizer: Any, state: dict[str, Any] | Non
     if kind == "deepspeed":
         return
     if kind == "fsdp":
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict  # torch: import-time stays torch-free
 
         set_optimizer_state_dict(model, _torch_optimizer(optimizer), state or {},
                                  options=_options(broadcast_from_rank0=True))

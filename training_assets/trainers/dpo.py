@@ -10,6 +10,9 @@ once before the first step (``DpoSpec.precompute_ref_logps``) and saved next to 
 (``ref_logps.json``), so no second model stays in memory; otherwise the reference runs every
 step — for a LoRA policy that is the same model with the adapter disabled, for a full policy a
 frozen copy.
+
+torch, ``modeling`` and ``objectives`` (both import torch) are imported by the methods that run
+tensors: building and planning the trainer imports no torch.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class DPOTrainer(TrainerBase):
         return {"skipped": list(self.skipped)}
 
     def _pair_tensors(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from training_assets.trainers.modeling import ones_mask, pad_rows
+        from training_assets.trainers.modeling import ones_mask, pad_rows  # torch: planning stays torch-free
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         seqs = [r["chosen"] for r in rows] + [r["rejected"] for r in rows]  # (2B): chosen first
@@ -72,9 +75,9 @@ class DPOTrainer(TrainerBase):
 
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
         """Reference log-probs of every pair, once (or set up the per-step reference)."""
-        import torch
+        import torch  # torch: import-time stays torch-free
 
-        from training_assets.trainers.modeling import sequence_logps
+        from training_assets.trainers.modeling import sequence_logps  # torch: planning stays torch-free
 
         if not self.config.dpo.precompute_ref_logps:
             if not hasattr(model, "peft_config"):
@@ -96,7 +99,7 @@ class DPOTrainer(TrainerBase):
             {r["id"]: [r["ref_chosen"], r["ref_rejected"]] for r in rows}, indent=1, sort_keys=True))
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        import torch
+        import torch  # torch: import-time stays torch-free
 
         batch = self._pair_tensors(rows)
         if self.config.dpo.precompute_ref_logps:
@@ -107,10 +110,10 @@ class DPOTrainer(TrainerBase):
         return batch
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
-        import torch
+        import torch  # torch: import-time stays torch-free
 
-        from training_assets.trainers import objectives
-        from training_assets.trainers.modeling import sequence_logps
+        from training_assets.trainers import objectives  # torch: planning stays torch-free
+        from training_assets.trainers.modeling import sequence_logps  # torch: planning stays torch-free
 
         backend = self.config.kernel_backend
         logps = sequence_logps(model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"], backend)

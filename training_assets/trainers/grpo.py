@@ -31,6 +31,9 @@ One policy update per rollout batch (TRL's ``num_iterations=1``): the old log-pr
 current policy's at rollout time (also for logged attempts, whose behaviour policy is unknown), so
 the ratio starts at 1 and the clipping only matters after the first step; with vLLM they are the
 sampler's log-probs.
+
+torch, ``modeling``, ``decoding`` and ``objectives`` (all import torch) are imported by the methods
+that run tensors: building and planning the trainer imports no torch.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ from typing import Any
 from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
 from training_assets.trainers.base import TrainerBase
 from training_assets.trainers.modeling_refs import reference_context
+from training_assets.trainers.policy_sync import VllmPolicySync
 from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
+from training_assets.training_data import compose_reward
 
 # A generated completion has no environment verdict, so "success" cannot be scored online.
 ONLINE_REWARD_WEIGHTS = {"answer": 1.0, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
@@ -77,8 +82,8 @@ def choose_sampler(model: Any, wanted: str) -> dict[str, str]:
     """Which decoder samples local rollouts, and why: ``lean`` when asked for and the model allows it,
     ``transformers`` (``modeling.sample_completions``) otherwise, ``generate`` when the checkpoint's
     generation config adds logits processors (only ``generate`` applies them)."""
-    from training_assets.trainers.decoding import unsupported
-    from training_assets.trainers.modeling import plain_sampling
+    from training_assets.trainers.decoding import unsupported  # torch: planning stays torch-free
+    from training_assets.trainers.modeling import plain_sampling  # torch: planning stays torch-free
 
     if not plain_sampling(model):
         return {"sampler": "generate", "reason": "the checkpoint's generation_config adds logits processors"}
@@ -99,7 +104,7 @@ class GRPOTrainer(TrainerBase):
         self.reference: Any = None
         self.rewards: list[float] = []  # mean reward per rollout batch
         self.skipped: list[dict[str, str]] = []
-        self.policy_sync: Any = None  # trainers.policy_sync.VllmPolicySync (rollout="vllm")
+        self.policy_sync: VllmPolicySync | None = None  # rollout="vllm"
         self.sampler: dict[str, str] = {}  # local rollouts: {"sampler": lean | transformers | generate, "reason": ...}
 
     @property
@@ -117,8 +122,6 @@ class GRPOTrainer(TrainerBase):
 
     def reward_fn(self) -> Any:
         if self._reward_fn is None:
-            from training_assets.training_data import compose_reward
-
             self._reward_fn = compose_reward(self.config.grpo.reward_weights or ONLINE_REWARD_WEIGHTS)
         return self._reward_fn
 
@@ -166,8 +169,6 @@ class GRPOTrainer(TrainerBase):
         if self.config.grpo.kl_beta > 0 and not hasattr(model, "peft_config"):
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         if self.config.grpo.rollout == "vllm":
-            from training_assets.trainers.policy_sync import VllmPolicySync
-
             self.policy_sync = VllmPolicySync.from_config(self.config, self.accelerator)
             self.policy_sync.preflight()  # a wrong key or model name fails here, before any step
 
@@ -176,7 +177,7 @@ class GRPOTrainer(TrainerBase):
 
     # ---------------------------------------------------------------- rollouts
     def _rollout(self, rows: list[dict[str, Any]], model: Any) -> list[dict[str, Any]]:
-        import torch
+        import torch  # torch: import-time stays torch-free
 
         tok = self.tokenizer
         buffer = RolloutBuffer()
@@ -188,7 +189,7 @@ class GRPOTrainer(TrainerBase):
                 staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
                 staged.generations = client.generate(r["prompt_ids"], G, self.config.grpo.max_new_tokens, self.config.grpo.temperature)
         else:
-            from training_assets.trainers.modeling import device_of, sample_completions
+            from training_assets.trainers.modeling import device_of, sample_completions  # torch: planning stays torch-free
 
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
             prompts = [r["prompt_ids"] for r in rows for _ in range(G)]
@@ -201,7 +202,7 @@ class GRPOTrainer(TrainerBase):
             model.eval()
             with torch.inference_mode():
                 if self.sampler.get("sampler") == "lean":  # the policy's weights as of this step, folded once
-                    from training_assets.trainers.decoding import LeanDecoder
+                    from training_assets.trainers.decoding import LeanDecoder  # torch: planning stays torch-free
 
                     out = LeanDecoder(model).sample(ids, attn, self.config.grpo.max_new_tokens,
                                                     self.config.grpo.temperature, tok.eos_token_id, pad_id)
@@ -230,7 +231,7 @@ class GRPOTrainer(TrainerBase):
         return buffer.rows()
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        import torch
+        import torch  # torch: import-time stays torch-free
 
         if self.config.grpo.rollout != "dataset":
             rows = self._rollout(rows, model)
@@ -274,13 +275,13 @@ class GRPOTrainer(TrainerBase):
     @staticmethod
     def _completion_logps(model: Any, batch: dict[str, Any]) -> Any:
         """(B, C) log-probs of the completion tokens under ``model`` (LM head on the completion positions only)."""
-        from training_assets.trainers.modeling import completion_logps
+        from training_assets.trainers.modeling import completion_logps  # torch: planning stays torch-free
 
         return completion_logps(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
                                 batch["prompt_len"])
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
-        from training_assets.trainers import objectives
+        from training_assets.trainers import objectives  # torch: planning stays torch-free
 
         logps = self._completion_logps(model, batch)
         dev = logps.device

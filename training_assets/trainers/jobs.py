@@ -8,7 +8,7 @@ Every training goes through ``run_training``: the checkpoint assets (Pipes subpr
 (``train ... --execute``, in-process or torchrun) and ``training_pipeline`` (in-memory examples,
 injected model). It loads the examples, makes the plan (once: a subprocess receives it in the job
 spec), trains in-process or through ``launcher`` (a callable that runs the launch command and
-returns the reported result), then writes the manifest (``trainers.manifest``, last).
+returns the reported result), then writes the manifest (``checkpoint_manifest``, last).
 
 Asset runs live in ``<root>/<asset>/runs/<fingerprint of config + upstream versions + limit>/``
 with ``resume_from="auto"``: re-materialising after a crash with the same inputs resumes the
@@ -19,28 +19,30 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training_assets import paths
-from training_assets.storage import fingerprint, sha256_file, sha256_tree
+from training_assets import kinds, paths
+from training_assets.checkpoint_manifest import (CheckpointManifest, merged_manifest, read_manifest, trained_manifest,
+                                                 write_asset_manifest, write_manifest)
 from training_assets.dataset_rows import DatasetRows
+from training_assets.launch import build_launch_command
+from training_assets.peft_manager import merge_lora_adapters
+from training_assets.storage import fingerprint, sha256_file, sha256_tree
+from training_assets.tokenizer_trainer import tokenizer_dir, tokenizer_hash
+from training_assets.trainers import get_trainer
+from training_assets.trainers.accelerate_launch import load_examples, write_job
+from training_assets.trainers.base import as_examples
 from training_assets.trainers.config import TrainConfig
-from training_assets.trainers.manifest import (CheckpointManifest, merged_manifest, read_manifest, trained_manifest,
-                                               write_asset_manifest, write_manifest)
+from training_assets.trainers.loop import step_logger
 from training_assets.trainers.plan import Plan
+from training_assets.trainers.run_guards import hold_run_dir, model_source_problem, train_time_problem
+from training_assets.training_data import read_dataset_info
 
-# asset key -> (trainer kind, dataset asset, upstream checkpoint asset or None)
-CHECKPOINT_ASSETS: dict[str, tuple[str, str, str | None]] = {
-    "base_checkpoint": ("pretrain", "pretrain_windows", None),
-    "sft_checkpoint": ("sft", "sft_dataset", "base_checkpoint"),
-    "dpo_checkpoint": ("dpo", "preference_pairs", "sft_checkpoint"),
-    "grpo_checkpoint": ("grpo", "grpo_groups", "sft_checkpoint"),
-}
-KIND_ASSET = {kind: asset for asset, (kind, _, _) in CHECKPOINT_ASSETS.items()}
 RUNS_DIR = "runs"
 # argv -> the result the launched job reported (a Pipes message, or the result file rank 0 wrote)
 Launcher = Callable[[list[str]], Mapping[str, Any]]
@@ -73,8 +75,6 @@ class TrainingRun:
 
 
 def _dataset_version(dataset: str, root: Path) -> str:
-    from training_assets.training_data import read_dataset_info
-
     info = read_dataset_info(dataset, root)
     if info is None:
         raise FileNotFoundError(f"{dataset} is not materialised under {root}; materialise {dataset} first "
@@ -93,12 +93,9 @@ def prepare_job(asset: str, root: str | os.PathLike[str] | None = None, override
     Without ``output_dir`` this is the asset's own run (fingerprinted run dir, resumable, manifest at
     ``<root>/<asset>``); with one, a run there whose manifest lands beside it (the CLI).
     """
-    from training_assets.tokenizer_trainer import tokenizer_dir, tokenizer_hash
-
-    if asset not in CHECKPOINT_ASSETS:
-        raise ValueError(f"{asset!r} is not a training asset; one of {sorted(CHECKPOINT_ASSETS)}")
+    training = kinds.kind_of_checkpoint(asset)
     root = paths.data_root(root)
-    kind, dataset, upstream = CHECKPOINT_ASSETS[asset]
+    kind, dataset, upstream = training.name, training.dataset, training.upstream
     fields: dict[str, Any] = dict(overrides or {})
     versions: dict[str, str] = {}
     if upstream is not None and "base_model" not in fields:
@@ -154,12 +151,6 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
     training in this process, one line per logged step (a launched run logs through its launcher).
     ``callbacks``: more ``run_loop`` step callbacks when training in this process (one may raise to stop).
     """
-    from training_assets.trainers import get_trainer
-    from training_assets.trainers.accelerate_launch import load_examples, write_job
-    from training_assets.trainers.base import as_examples
-    from training_assets.trainers.loop import step_logger
-    from training_assets.trainers.run_guards import hold_run_dir, model_source_problem, train_time_problem
-
     if execute:
         sources = {"base_model": model is None, "tokenizer": tokenizer is None}  # injected ones are not loaded
         problems = [model_source_problem(f, getattr(job.config, f)) for f, loaded in sources.items() if loaded]
@@ -192,8 +183,6 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
         else:
             spec = write_job(job.run_dir / "job.json", job.kind, job.config.to_dict(), job.examples,
                              str(job.run_dir / "result.json"), plan.to_dict())
-            from training_assets.launch import build_launch_command
-
             run.result = dict(launcher(build_launch_command(
                 "training_assets.trainers.accelerate_launch", spec, distributed=job.config.distributed,
                 num_processes=num_processes, cpu=not has_cuda(), python=sys.executable)))
@@ -206,15 +195,13 @@ def run_training(job: TrainingJob, *, execute: bool = True, rows: Sequence[dict[
 
 
 def has_cuda() -> bool:
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     return torch.cuda.is_available()
 
 
 def subprocess_launcher() -> Launcher:
     """Run the command as a child process and read the result file its rank 0 wrote beside the job spec."""
-    import subprocess
-
     def launch(argv: list[str]) -> Mapping[str, Any]:
         path = Path(argv[-1]).parent / "result.json"
         path.unlink(missing_ok=True)  # a stale result must never be mistaken for this run's
@@ -230,8 +217,6 @@ def merge_job(root: str | os.PathLike[str] | None, sources: tuple[str, ...] = ("
               weights: list[float] | None = None, density: float = 0.5,
               dagster_run_id: str | None = None) -> CheckpointManifest:
     """TIES-merge the LoRA adapters of ``sources`` into ``merged_adapter``; returns its manifest."""
-    from training_assets.peft_manager import merge_lora_adapters
-
     root = paths.data_root(root)
     manifests = [read_manifest(root, s) for s in sources]
     not_adapters = [m.asset for m in manifests if not m.is_adapter]

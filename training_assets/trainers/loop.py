@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from training_assets.trainers import checkpoints
-from training_assets.trainers.base import TrainConfig
+from training_assets.trainers.config import TrainConfig
 
 log = logging.getLogger("training_assets.trainers")
 
@@ -116,10 +116,10 @@ class DataSchedule:
 
 
 def build_optimizer(params: list[Any], config: TrainConfig) -> Any:
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     if config.kernel_backend == "numba":
-        from training_assets.trainers.numba_optim import NumbaAdamW
+        from training_assets.trainers.numba_optim import NumbaAdamW  # Numba: ~1.3 s to import, only runs that ask pay
 
         return NumbaAdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     # fused: one kernel over all tensors (on CPU too), about memory bandwidth; same AdamW math
@@ -134,7 +134,7 @@ def clip_step_zero(optimizer: Any, params: list[Any], config: TrainConfig, accel
     gradients are zeroed in place). Otherwise torch's path: ``clip_grad_norm_`` (the
     accelerator's under multi-process), the (scaler's) step, ``zero_grad(set_to_none=True)``.
     """
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     if config.kernel_backend == "numba" and accelerator is None and scaler is None:
         optimizer.clip_step_zero(config.max_grad_norm if config.max_grad_norm > 0 else None)
@@ -155,7 +155,7 @@ def clip_step_zero(optimizer: Any, params: list[Any], config: TrainConfig, accel
 
 
 def _autocast(config: TrainConfig, device_type: str) -> contextlib.AbstractContextManager:
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     if config.precision == "fp32":
         return contextlib.nullcontext()
@@ -174,7 +174,7 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
     optimizer step and once after a resume (GRPO with vLLM pushes the new adapter to the server);
     None costs nothing.
     """
-    import torch
+    import torch  # torch: import-time stays torch-free
 
     threads = torch.get_num_threads()
     if config.torch_threads > 0:
@@ -189,8 +189,8 @@ def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, c
 def _run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, config: TrainConfig, accelerator: Any,
               callbacks: Sequence[StepCallback], planned_steps: int | None, shuffle: bool,
               on_policy_update: PolicyHook | None) -> LoopResult:
-    import torch
-    from transformers import get_scheduler
+    import torch  # torch: import-time stays torch-free
+    from transformers import get_scheduler  # transformers: seconds to import, paid on first use
 
     torch.manual_seed(config.seed)
     world = accelerator.num_processes if accelerator is not None else 1

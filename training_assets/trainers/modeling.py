@@ -1,7 +1,12 @@
-"""Torch helpers shared by the trainers: building the model, batching, masks, log-probs."""
+"""Torch helpers shared by the trainers: building the model, batching, masks, log-probs.
+
+Imports torch: the trainer modules import it inside the methods that run tensors, so planning
+stays torch-free. transformers is imported by the functions that build or sample from a model.
+"""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -10,14 +15,15 @@ import numpy as np
 import torch
 
 from training_assets.peft_manager import PeftManager, quantization_config
-from training_assets.trainers.base import TrainConfig
+from training_assets.trainers import objectives
+from training_assets.trainers.config import TrainConfig
 
 IGNORE_INDEX = -100
 
 
 def build_model(config: TrainConfig, vocab_size: int) -> Any:
     """A causal LM: ``config.base_model`` loaded, or a random-init ``PretrainSpec`` model (seeded)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM  # transformers: seconds to import, paid on first use
 
     kwargs: dict[str, Any] = {"attn_implementation": config.attn_impl}
     if config.attn_impl == "flash_attention_2" and not torch.cuda.is_available():
@@ -47,7 +53,7 @@ def apply_liger(model: Any) -> None:
     if not torch.cuda.is_available():
         raise RuntimeError("use_liger=True needs a CUDA GPU (Liger kernels are Triton); set use_liger=False on CPU")
     try:
-        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance  # the gpu extra, optional
     except ImportError as exc:
         raise RuntimeError("use_liger=True needs liger-kernel: pip install 'training-assets[gpu]'") from exc
     _apply_liger_kernel_to_instance(model=model)
@@ -114,8 +120,6 @@ def forward_logits(model: Any, batch: dict[str, Any]) -> torch.Tensor:
 
 def shifted_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[torch.Tensor, float]:
     """Mean next-token cross-entropy over tokens whose label ≠ -100; weight = that token count."""
-    from training_assets.trainers import objectives
-
     logits = forward_logits(model, batch)  # (B, T, V)
     labels = batch["labels"].to(logits.device)[:, 1:]  # (B, T-1): token t predicts t+1
     logits = logits[:, :-1]
@@ -160,8 +164,6 @@ def _causal_lm(model: Any) -> Any:
 
 
 def _forward_parameters(model: Any) -> Any:
-    import inspect
-
     return inspect.signature(_causal_lm(model).forward).parameters
 
 
@@ -183,7 +185,7 @@ def plain_sampling(model: Any) -> bool:
     A checkpoint's generation_config.json (e.g. an instruct model's repetition_penalty) would make
     ``generate`` reshape the distribution; such models keep ``generate`` (see :func:`sample_completions`).
     """
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # transformers: seconds to import, paid on first use
 
     config = getattr(_causal_lm(model), "generation_config", None)
     if config is None:
@@ -219,7 +221,7 @@ def sample_completions(model: Any, input_ids: torch.Tensor, attention_mask: torc
     it), minus ``generate``'s per-step config, processor and stopping-criteria overhead, which
     dominates a small model's decode. Run it under ``torch.inference_mode()``.
     """
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # transformers: seconds to import, paid on first use
 
     device = device_of(model)
     mask = attention_mask.to(device)
@@ -254,8 +256,6 @@ def sequence_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     preference data the prompt is most of every row. A DDP-wrapped model goes through its own
     forward (the gradient all-reduce hooks need it) and pays for the full logits.
     """
-    from training_assets.trainers import objectives
-
     device = device_of(model)
     input_ids, attention_mask, loss_mask = input_ids.to(device), attention_mask.to(device), loss_mask.to(device)
     target = loss_mask[:, 1:].bool()  # (B, T-1): position t predicts token t+1
@@ -284,16 +284,3 @@ def _plain_lm_head(causal_lm: Any) -> bool:
         return False
     return all(getattr(config, k, None) in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
 
-
-def save_final(model: Any, out_dir: Any) -> None:
-    """HF dir, atomically: config.json + model.safetensors (full) or adapter_config.json + adapter_model.safetensors.
-
-    Same weights and config give the same bytes (the checkpoint's data version hashes this dir).
-    """
-    from training_assets.storage import atomic_dir
-
-    with atomic_dir(out_dir) as tmp:
-        if hasattr(model, "peft_config"):
-            PeftManager.save(model, tmp)
-        else:
-            model.save_pretrained(str(tmp), safe_serialization=True)

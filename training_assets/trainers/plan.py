@@ -62,7 +62,7 @@ def tokenizer_vocab_size(config: TrainConfig) -> int | None:
     path = Path(source) / "tokenizer.json" if source else None
     if path is None or not path.is_file():
         return None
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # the train extra: a plan without a tokenizer.json needs none
 
     return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
 

@@ -28,6 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from training_assets.trainers import checkpoints, dist_state
 from training_assets.trainers.config import TrainConfig
 from training_assets.vllm_client import RetryPolicy, VllmClient, VllmError
 
@@ -81,8 +82,6 @@ class VllmPolicySync:
 
     def sync(self, model: Any, step: int) -> str:
         """Save the adapter as ``<run>-v<step>``, load it, then unload the previous version; returns the new name."""
-        from training_assets.trainers import checkpoints, dist_state
-
         name = f"{self.run}-v{step}"
         folder = self.adapter_dir / name
         checkpoints.save_model_dir(model, folder, self.accelerator)  # every rank; rank 0 writes

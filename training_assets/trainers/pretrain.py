@@ -8,6 +8,9 @@ exactly like its documents one by one.
 
 A ``DatasetRows`` (the memory-mapped ``pretrain_windows``) is planned from its columns and each
 micro-batch's windows are read when the loop reaches it (``LazyRows``).
+
+``modeling`` (torch) is imported by ``collate`` and ``loss``: building and planning the trainer
+imports no torch.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class PretrainTrainer(TrainerBase):
         return rows
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        from training_assets.trainers.modeling import IGNORE_INDEX, pad_rows
+        from training_assets.trainers.modeling import IGNORE_INDEX, pad_rows  # torch: planning stays torch-free
 
         batch = {"input_ids": pad_rows([r["input_ids"] for r in rows], 0),
                  "position_ids": pad_rows([r["position_ids"] for r in rows], 0),
@@ -69,6 +72,6 @@ class PretrainTrainer(TrainerBase):
         return batch
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
-        from training_assets.trainers.modeling import shifted_ce
+        from training_assets.trainers.modeling import shifted_ce  # torch: planning stays torch-free
 
         return shifted_ce(model, batch, self.config.kernel_backend)

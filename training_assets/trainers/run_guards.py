@@ -57,8 +57,8 @@ def model_source_problem(field: str, value: str | None) -> str | None:
     """
     if value is None:
         return None
-    from huggingface_hub import constants, try_to_load_from_cache
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from huggingface_hub import constants, try_to_load_from_cache  # the hub client: only for a hub id
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # the hub client: only for a hub id
 
     wanted = SOURCE_FILES[field]
     what = (f"a {field} is a Hugging Face folder (with {' or '.join(wanted)}) or, where a hub is reachable, "

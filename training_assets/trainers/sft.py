@@ -12,6 +12,9 @@ packing changes speed (no pad tokens), not the loss.
 A ``DatasetRows`` (the memory-mapped ``sft_dataset``) is planned from its columns and prepared a
 micro-batch at a time (``LazyRows``): packing groups come from the ``input_ids`` list lengths, and
 each micro-batch reads only its examples. The rows, groups and losses equal the list path's.
+
+``modeling`` (torch) is imported by ``collate`` and ``loss``: building and planning an SFT trainer
+imports no torch.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from training_assets.dataset_rows import DatasetRows
-from training_assets.trainers.base import Examples, LazyRows, Plan, TrainerBase, as_examples, make_plan
+from training_assets.trainers.base import Examples, LazyRows, TrainerBase, as_examples
+from training_assets.trainers.plan import Plan, make_plan
 
 
 def pack_bounds(lengths: Sequence[int], max_len: int) -> list[int]:
@@ -160,7 +164,7 @@ class SFTTrainer(TrainerBase):
         return LazyRows(len(bounds) - 1, make)
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        from training_assets.trainers.modeling import IGNORE_INDEX, ones_mask, pad_rows
+        from training_assets.trainers.modeling import IGNORE_INDEX, ones_mask, pad_rows  # torch: planning stays torch-free
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch: dict[str, Any] = {"input_ids": pad_rows([r["input_ids"] for r in rows], pad_id),
@@ -176,7 +180,7 @@ class SFTTrainer(TrainerBase):
         return batch
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
-        from training_assets.trainers.modeling import shifted_ce
+        from training_assets.trainers.modeling import shifted_ce  # torch: planning stays torch-free
 
         return shifted_ce(model, batch, self.config.kernel_backend)
 

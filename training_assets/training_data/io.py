@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets import paths
+from training_assets.kinds import kind_of_dataset
 from training_assets.dataset_rows import DatasetRows, open_rows_file
 from training_assets.storage import atomic_dir, fingerprint, sha256_file, write_json_atomic, write_parquet
 
@@ -60,7 +61,6 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 WINDOW_COLUMNS = ("input_ids", "position_ids", "doc_ids", "labels")
 # dataset asset -> its `training-assets build-dataset` kind
-BUILD_KINDS = {"sft_dataset": "sft", "preference_pairs": "dpo", "grpo_groups": "grpo", "pretrain_windows": "pretrain"}
 
 
 class DatasetChangedError(ValueError):
@@ -161,11 +161,11 @@ def verified_dataset_file(asset_key: str, root: str | os.PathLike[str] | None = 
     rebuild it when its bytes changed since.
     """
     path = dataset_path(asset_key, root)
-    rebuild = (f"rebuild it with `training-assets build-dataset {BUILD_KINDS[asset_key]}` or re-materialise "
+    rebuild = (f"rebuild it with `training-assets build-dataset {kind_of_dataset(asset_key).name}` or re-materialise "
                f"{asset_key}")
     if not path.is_file():
         raise FileNotFoundError(f"no {asset_key} at {path}; materialise the `{asset_key}` asset or run "
-                                f"`training-assets build-dataset {BUILD_KINDS[asset_key]}`")
+                                f"`training-assets build-dataset {kind_of_dataset(asset_key).name}`")
     info = read_dataset_info(asset_key, root)
     if info is None:
         raise DatasetChangedError(f"{path}: no {INFO_FILE} beside it, so nothing records what was built; {rebuild}")

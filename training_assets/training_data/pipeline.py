@@ -14,15 +14,17 @@ import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from pydantic import BaseModel
 
 from training_assets.data_engine.decontam import decontaminate
+from training_assets.settings import GrpoConfig, PreferenceConfig, PretrainConfig, SftConfig
 from training_assets.storage import canonical_json
 from training_assets.training_data import held_out as held_out_lib
 from training_assets.training_data import selection
@@ -33,39 +35,13 @@ from training_assets.training_data.io import (
 )
 from training_assets.training_data.packing import IGNORE_INDEX, pack_sequences
 from training_assets.training_data.preferences import build_preference_pairs
-from training_assets.training_data.rewards import DEFAULT_REWARD_WEIGHTS, completion_messages, compose_reward
+from training_assets.training_data.rewards import completion_messages, compose_reward
 from training_assets.training_data.sft import build_sft_examples
 
 # Bump when a builder's output for the same inputs changes: it is the assets' code version.
 DATASETS_VERSION = "2"
 PREVIEW_ROWS = 5
 HELD_OUT_NGRAM = 13
-
-
-@dataclass(frozen=True)
-class SftConfig:
-    max_tokens: int = 1024  # longer conversations are skipped, never truncated
-
-
-@dataclass(frozen=True)
-class PreferenceConfig:
-    max_pairs_per_task: int = 4  # caps how much one task with many attempts weighs
-    require_success: bool = True  # chosen must be a successful attempt (else: higher score suffices)
-
-
-@dataclass(frozen=True)
-class GrpoConfig:
-    reward_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS))
-    scale_rewards: Literal["group", "none"] = "group"  # "none" = Dr. GRPO (no division by the group std)
-    min_group_size: int = 2
-    min_pass_rate: float = 0.0
-    max_pass_rate: float = 1.0
-    drop_zero_variance: bool = True  # all-equal rewards give all-zero advantages: no signal
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    window: int = 256  # tokens per packed window (the pretraining context length)
 
 
 @dataclass(frozen=True)
@@ -103,7 +79,7 @@ def _base_key(name: str, root: Path, config: Any) -> dict[str, Any]:
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
-    return {k: dict(sorted(v.items())) if isinstance(v, Mapping) else v for k, v in asdict(config).items()}
+    return {k: dict(sorted(v.items())) if isinstance(v, Mapping) else v for k, v in config.model_dump().items()}
 
 
 def _tokenizer_key(tokenizer: Any, root: Path) -> dict[str, str]:
@@ -312,3 +288,34 @@ def build_pretrain_dataset(root: str | os.PathLike[str], config: PretrainConfig 
                 "text": tokenizer.decode(r["input_ids"][:60])} for i, r in enumerate(rows[:PREVIEW_ROWS])]
     return DatasetReport(info, reused, preview, checks)
 
+
+@dataclass(frozen=True)
+class DatasetBuilder:
+    """What a dataset asset needs to know about its builder: the function, its settings, inputs and checks."""
+
+    build: Callable[..., DatasetReport]  # (root, config) -> report
+    config: type[BaseModel]  # its settings (training_assets.settings; Dagster config and CLI options derive from it)
+    inputs: tuple[str, ...]  # the assets it reads
+    checks: tuple[str, ...]  # the checks its report carries, in order
+    description: str
+
+
+# dataset asset -> its builder (training_assets.kinds names which kind trains on which)
+BUILDERS: dict[str, DatasetBuilder] = {
+    "sft_dataset": DatasetBuilder(
+        build_sft_dataset, SftConfig, ("selected_traces", "held_out_sets", "tokenizer"),
+        ("no_empty_completions", "end_of_turn_in_mask", "no_held_out_overlap"),
+        "Successful traces as chat examples: input_ids and an assistant-only loss mask (end-of-turn included)."),
+    "preference_pairs": DatasetBuilder(
+        build_preference_dataset, PreferenceConfig, ("selected_traces", "held_out_sets"),
+        ("no_empty_completions", "chosen_differs_from_rejected", "no_held_out_overlap"),
+        "Better/worse attempts at the same task, split where they diverge, with the rejected one's failure point."),
+    "grpo_groups": DatasetBuilder(
+        build_grpo_dataset, GrpoConfig, ("selected_traces", "held_out_sets"),
+        ("no_empty_completions", "advantages_zero_mean", "no_held_out_overlap"),
+        "Attempts grouped per prompt with composite rewards and group-normalised advantages."),
+    "pretrain_windows": DatasetBuilder(
+        build_pretrain_dataset, PretrainConfig, ("curated_corpus", "held_out_sets", "tokenizer"),
+        ("no_cross_document_loss", "no_held_out_overlap"),
+        "The curated corpus tokenised and packed into fixed windows with per-document positions and labels."),
+}

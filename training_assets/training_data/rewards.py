@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from training_assets.settings import DEFAULT_REWARD_WEIGHTS
+
 RewardFn = Callable[..., list[float]]
 Completion = str | Sequence[Mapping[str, Any]]
 
@@ -171,7 +173,6 @@ REWARD_COMPONENTS: dict[str, RewardFn] = {
     "length": length_penalty,
 }
 # Success dominates; the small terms break ties between equally successful completions.
-DEFAULT_REWARD_WEIGHTS: dict[str, float] = {"success": 1.0, "answer": 0.5, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,10 @@ from training_assets.agent import graph_map
 from training_assets.agent.errors import AgentError, ToolInputError
 from training_assets.agent.models import ActionResult, ConfigField, Options, RunReport
 from training_assets.agent.planning import ancestors, decide, pending_inbox_batches, training_plan
-from training_assets.agent.runs import LAUNCHED_BY_TAG, PLANNED_STEPS_TAG, TERMINAL, run_report
+from training_assets.agent.runs import run_report
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.base import blocking, runtime
+from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG, PLANNED_STEPS_TAG, TERMINAL
 
 Scope = Literal["ancestors", "target"]
 POLL_S = 2.0

@@ -99,13 +99,12 @@ async def train_tokenizer(ctx: Context, config: ConfigArg = None, options: Optio
     return await run_action(ctx, "train_tokenizer", config, options)
 
 
-DatasetKind = Literal["sft", "dpo", "grpo", "pretrain"]
+DatasetKind = Literal[tuple(graph_map.DATASET_KINDS)]
 
 
 @tool("plan", "Build a training dataset")
-async def build_training_dataset(ctx: Context, kind: Annotated[DatasetKind, Field(description=(
-                                     "sft -> sft_dataset, dpo -> preference_pairs, grpo -> grpo_groups, "
-                                     "pretrain -> pretrain_windows"))],
+async def build_training_dataset(ctx: Context, kind: Annotated[DatasetKind, Field(description=", ".join(
+                                     f"{name} -> {dataset}" for name, dataset in graph_map.DATASET_KINDS.items()))],
                                  config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
     """Materialise one training dataset from the traces (and the tokenizer): SFT examples, DPO
     preference pairs, GRPO groups with group-normalised advantages, or packed pretrain windows.

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from training_assets.agent import workflow_driver
 from training_assets.agent.errors import ToolInputError
 from training_assets.agent.models import AssetList, AssetState, CancelResult, CheckResult, RunLookup, WorkflowReport
-from training_assets.agent.runs import TERMINAL, run_report
+from training_assets.agent.runs import run_report
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.actions import wait_runs
 from training_assets.agent.tools.base import blocking, runtime, tool
+from training_assets.agent import workflow_driver
+from training_assets.orchestration.vocabulary import TERMINAL
 
 RunIdArg = Annotated[str, Field(description="A Dagster run id a tool returned, or a workflow id (wf-...).")]
 

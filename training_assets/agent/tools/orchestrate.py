@@ -7,12 +7,13 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from training_assets.agent import workflow, workflow_driver
+from training_assets.agent import workflow
 from training_assets.agent.errors import AgentError
 from training_assets.agent.models import Options, WorkflowReport
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.base import OptionsArg, blocking, runtime, tool
 from training_assets.agent.tools.observe import wait_workflow
+from training_assets.agent import workflow_driver
 
 
 def _plan(rt: Runtime, name: str, task: dict[str, Any] | None) -> tuple[Any, Any, WorkflowReport]:

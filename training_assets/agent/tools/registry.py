@@ -20,7 +20,7 @@ from training_assets.agent.runtime import Runtime, tracking_uri
 from training_assets.agent.tools.actions import finish, plan_action
 from training_assets.agent.tools.base import ConfigArg, OptionsArg, blocking, runtime, tool
 
-Checkpoint = Literal["sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter"]
+Checkpoint = Literal[tuple(graph_map.EVAL_REPORTS)]  # every gated checkpoint: one per kind with a gate, and the merge
 ModelNameArg = Annotated[str, Field(description="MLflow registered model holding the role aliases.")]
 
 
@@ -71,7 +71,7 @@ def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
     from training_assets import paths
     from training_assets.evaluation.report import load_eval_report
     from training_assets.registry import RegistryError, promotion_verdict
-    from training_assets.trainers.manifest import read_manifest
+    from training_assets.checkpoint_manifest import read_manifest
 
     manifest = read_manifest(rt.root, "merged_adapter")
     ok, reason = promotion_verdict(load_eval_report(paths.asset_dir("merged_eval_report", rt.root)), manifest)

@@ -1,4 +1,4 @@
-"""Training tools (the training engineer's): pretrain, SFT, DPO, GRPO and the TIES merge.
+"""Training tools (the training engineer's): one per training kind (``training_assets.kinds``) and the TIES merge.
 
 Each plans by default with the trainer's own plan (planned_steps, effective_batch, tokens per
 step, estimated memory) and the upstream assets it reuses or would rebuild; executed, it launches
@@ -9,42 +9,33 @@ from __future__ import annotations
 
 from mcp.server.mcpserver import Context
 
+from training_assets import kinds
 from training_assets.agent.models import ActionResult
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.actions import run_action
 from training_assets.agent.tools.base import ConfigArg, OptionsArg, tool
 
 
-@tool("plan", "Pretrain a model from random init")
-async def pretrain_model(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
-    """Materialise base_checkpoint: a random-init decoder pretrained on the packed corpus windows.
-    Config: TrainConfig fields (max_steps, batch_size, grad_accum, lr, warmup_steps, max_seq_len,
-    precision, lora {r, alpha}, save_steps, seed, kernel_backend, torch_threads) plus num_processes
-    and limit_examples. Plans by default."""
-    return await run_action(ctx, "pretrain_model", config, options)
+def _training_tool(kind: kinds.TrainingKind) -> None:
+    """Declare ``kind.tool``: a plan-by-default tool that materialises the kind's checkpoint asset."""
+
+    async def train(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+        return await run_action(ctx, kind.tool, config, options)
+
+    start = f"starting from {kind.upstream}" if kind.upstream else "from random init"
+    upstream_gate = kinds.kind_of_checkpoint(kind.upstream).gate if kind.upstream else None
+    gates = (f" Runs only after {upstream_gate}'s gate passed." if upstream_gate else "") + (
+        f" {kind.gate}'s blocking check gates what follows it." if kind.gate else "")
+    train.__name__ = train.__qualname__ = kind.tool
+    train.__doc__ = (f"Materialise {kind.checkpoint}: {kind.summary}, {start}, trained on {kind.dataset}.{gates} "
+                     "Config: TrainConfig fields (max_steps, batch_size, grad_accum, lr, warmup_steps, max_seq_len, "
+                     f"precision, lora {{r, alpha}}, save_steps, seed, kernel_backend, torch_threads; dpo {...} / grpo {...} hold those kinds' own options) plus "
+                     "num_processes and limit_examples; a plan lists every field with its default. Plans by default.")
+    tool("plan", f"Train {kind.checkpoint} ({kind.name})")(train)
 
 
-@tool("plan", "Supervised fine-tuning")
-async def train_sft(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
-    """Materialise sft_checkpoint: base_checkpoint fine-tuned on the successful traces (assistant-only
-    loss, packed). Config: TrainConfig fields as for pretrain_model. Plans by default."""
-    return await run_action(ctx, "train_sft", config, options)
-
-
-@tool("plan", "DPO alignment")
-async def train_dpo(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
-    """Materialise dpo_checkpoint: a DPO LoRA adapter on sft_checkpoint from the preference pairs
-    (beta, dpo_loss_type sigmoid|ipo|hinge, and the TrainConfig fields). Runs only after the SFT
-    gate passed (its blocking check). Plans by default."""
-    return await run_action(ctx, "train_dpo", config, options)
-
-
-@tool("plan", "GRPO alignment")
-async def train_grpo(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
-    """Materialise grpo_checkpoint: a GRPO LoRA adapter on sft_checkpoint (rollout mixed|local|dataset|
-    vllm, num_generations, max_new_tokens, kl_beta, and the TrainConfig fields). Runs only after the
-    SFT gate passed. Plans by default."""
-    return await run_action(ctx, "train_grpo", config, options)
+for _kind in kinds.KINDS.values():  # one tool per row of the kinds table
+    _training_tool(_kind)
 
 
 def _adapters(rt: Runtime, result: ActionResult) -> dict:

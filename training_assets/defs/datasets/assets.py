@@ -13,11 +13,12 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
+from training_assets import kinds
 from training_assets.defs.automation import BATCH_ASSET, follow_condition
 from training_assets.defs.metadata import counts_table, table
 from training_assets.defs.resources import DataRoot
+from training_assets.defs.settings import spec_config
 from training_assets.training_data import pipeline, selection
-from training_assets.training_data.rewards import DEFAULT_REWARD_WEIGHTS
 
 CURATED_CHECK = "every_trace_curated"
 FOLLOW = follow_condition()
@@ -88,59 +89,18 @@ def _result(report: pipeline.DatasetReport) -> dg.MaterializeResult:
     )
 
 
-class SftDatasetConfig(dg.Config):
-    max_tokens: int = Field(1024, ge=8, description="Conversations longer than this (in tokens) are skipped, never truncated.")
+def dataset_asset(asset: str) -> dg.AssetsDefinition:
+    """One training dataset asset from its builder (``pipeline.BUILDERS``): config, inputs and checks derived."""
+    builder = pipeline.BUILDERS[asset]
+    config_class = spec_config(f"{builder.config.__name__}Run", builder.config)
+
+    def build(config: config_class, data_root: DataRoot) -> dg.MaterializeResult:  # type: ignore[valid-type]
+        return _result(builder.build(data_root.root(), builder.config(**config.model_dump())))
+
+    return dg.asset(name=asset, group_name="datasets", code_version=pipeline.DATASETS_VERSION,
+                    automation_condition=FOLLOW, kinds={"parquet"}, deps=list(builder.inputs),
+                    check_specs=_specs(asset, list(builder.checks)), description=builder.description)(build)
 
 
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet"},
-          deps=["selected_traces", "held_out_sets", "tokenizer"],
-          check_specs=_specs("sft_dataset", ["no_empty_completions", "end_of_turn_in_mask", "no_held_out_overlap"]))
-def sft_dataset(config: SftDatasetConfig, data_root: DataRoot) -> dg.MaterializeResult:
-    """Successful traces as chat examples: input_ids and an assistant-only loss mask (end-of-turn included)."""
-    return _result(pipeline.build_sft_dataset(data_root.root(), pipeline.SftConfig(config.max_tokens)))
-
-
-class PreferencePairsConfig(dg.Config):
-    max_pairs_per_task: int = Field(4, ge=1, description="At most this many pairs per task.")
-    require_success: bool = Field(True, description="Chosen must be a successful attempt; off: a higher score suffices.")
-
-
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet", "polars"},
-          deps=["selected_traces", "held_out_sets"],
-          check_specs=_specs("preference_pairs", ["no_empty_completions", "chosen_differs_from_rejected", "no_held_out_overlap"]))
-def preference_pairs(config: PreferencePairsConfig, data_root: DataRoot) -> dg.MaterializeResult:
-    """Better/worse attempts at the same task, split where they diverge, with the rejected one's failure point."""
-    return _result(pipeline.build_preference_dataset(
-        data_root.root(), pipeline.PreferenceConfig(config.max_pairs_per_task, config.require_success)))
-
-
-class GrpoGroupsConfig(dg.Config):
-    reward_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS),
-                                             description="Weight per reward component (success, answer, tool_json, efficiency, length).")
-    scale_rewards: Literal["group", "none"] = Field("group", description="'group': divide by the group std (GRPO); 'none': Dr. GRPO.")
-    min_group_size: int = Field(2, ge=2, description="Groups with fewer completions are skipped.")
-    min_pass_rate: float = Field(0.0, ge=0.0, le=1.0, description="Groups passing less often are dropped.")
-    max_pass_rate: float = Field(1.0, ge=0.0, le=1.0, description="Groups passing more often are dropped.")
-    drop_zero_variance: bool = Field(True, description="Drop groups whose rewards are all equal (zero advantages).")
-
-
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet", "polars"},
-          deps=["selected_traces", "held_out_sets"],
-          check_specs=_specs("grpo_groups", ["no_empty_completions", "advantages_zero_mean", "no_held_out_overlap"]))
-def grpo_groups(config: GrpoGroupsConfig, data_root: DataRoot) -> dg.MaterializeResult:
-    """Attempts grouped per prompt with composite rewards and group-normalised advantages."""
-    return _result(pipeline.build_grpo_dataset(data_root.root(), pipeline.GrpoConfig(
-        dict(config.reward_weights), config.scale_rewards, config.min_group_size, config.min_pass_rate,
-        config.max_pass_rate, config.drop_zero_variance)))
-
-
-class PretrainWindowsConfig(dg.Config):
-    window: int = Field(256, ge=16, description="Tokens per packed window (the pretraining context length).")
-
-
-@dg.asset(group_name="datasets", code_version=pipeline.DATASETS_VERSION, automation_condition=FOLLOW, kinds={"parquet"},
-          deps=["curated_corpus", "held_out_sets", "tokenizer"],
-          check_specs=_specs("pretrain_windows", ["no_cross_document_loss", "no_held_out_overlap"]))
-def pretrain_windows(config: PretrainWindowsConfig, data_root: DataRoot) -> dg.MaterializeResult:
-    """The curated corpus tokenised and packed into fixed windows with per-document positions and labels."""
-    return _result(pipeline.build_pretrain_dataset(data_root.root(), pipeline.PretrainConfig(config.window)))
+# one asset per training kind's dataset (training_assets.kinds), each built by its builder
+dataset_assets = [dataset_asset(asset) for asset in dict.fromkeys(kinds.DATASETS)]

@@ -1,8 +1,8 @@
 """Eval reports: the reliability suite and lm-eval benchmarks per checkpoint, with the gates.
 
-``sft_eval_report`` gates alignment (dpo/grpo depend on it); ``dpo_eval_report`` and
-``grpo_eval_report`` gate the merge (``merged_adapter`` depends on both); ``merged_eval_report``
-gates registration, also against the model currently registered for the role. Each gate is a blocking
+One report per training kind with a gate (``training_assets.kinds``): ``sft_eval_report`` gates
+alignment (dpo/grpo depend on it); ``dpo_eval_report`` and ``grpo_eval_report`` gate the merge
+(``merged_adapter`` depends on both); ``merged_eval_report`` gates registration, also against the model currently registered for the role. Each gate is a blocking
 asset check: when it fails, downstream assets do not run and the check says why.
 """
 
@@ -12,14 +12,14 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field
 
-from training_assets import paths
+from training_assets import kinds, paths
 from training_assets.defs.automation import follow_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError
 from training_assets.storage import fingerprint, sha256_file
 from training_assets import evaluation
-from training_assets.trainers.manifest import read_manifest
+from training_assets.checkpoint_manifest import read_manifest
 
 GATE_CHECK = "eval_gate"
 
@@ -175,11 +175,16 @@ def _eval_asset(asset_key: str, checkpoint: str, config_class: type, description
     return _asset
 
 
-sft_eval_report = _eval_asset("sft_eval_report", "sft_checkpoint", EvalReportConfig,
-                              "Reliability suite + lm-eval on the SFT checkpoint; its gate stops DPO/GRPO.")
-dpo_eval_report = _eval_asset("dpo_eval_report", "dpo_checkpoint", AlignedEvalConfig,
-                              "Reliability suite on the DPO adapter; its gate stops the merge.")
-grpo_eval_report = _eval_asset("grpo_eval_report", "grpo_checkpoint", AlignedEvalConfig,
-                               "Reliability suite on the GRPO adapter; its gate stops the merge.")
+def _gate_description(kind: kinds.TrainingKind) -> str:
+    stops = [k.checkpoint for k in kinds.KINDS.values() if k.upstream == kind.checkpoint]
+    if kind.name in kinds.MERGED_KINDS:
+        stops.append("merged_adapter")
+    suite = "Reliability suite + lm-eval" if not kind.adapter else "Reliability suite"
+    return f"{suite} on {kind.checkpoint}; its gate stops {', '.join(stops) or 'nothing downstream'}."
+
+
+# One report per gated kind (full checkpoints also run lm-eval; adapters only the gates), then the promotion gate.
+kind_eval_reports = [_eval_asset(kind.gate, kind.checkpoint, AlignedEvalConfig if kind.adapter else EvalReportConfig,
+                                 _gate_description(kind)) for kind in kinds.KINDS.values() if kind.gate]
 merged_eval_report = _eval_asset("merged_eval_report", "merged_adapter", PromotionEvalConfig,
                                  "Promotion gate: thresholds and no worse than the model registered for the role.")

@@ -12,7 +12,7 @@ from training_assets.defs.resources import DataRoot, MlflowTracking
 from training_assets.lineage import collect_lineage
 from training_assets.registry import DEFAULT_MODEL_NAME, SERVE_DIR_ENV, ModelRegistry, promotion_verdict
 from training_assets.storage import write_json_atomic
-from training_assets.trainers.manifest import read_manifest
+from training_assets.checkpoint_manifest import read_manifest
 
 REGISTRY_CODE_VERSION = "registry-3"  # MLflow models through any artifact store; adapters name a registered base
 CHECKPOINT = "merged_adapter"

@@ -22,17 +22,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+import pydantic
 from pydantic import Field
 
-from training_assets import launch, paths, tracking
+from training_assets import kinds, launch, paths, tracking
 from training_assets.defs.automation import POLICY, TRAINING_POOL, base_model_condition, training_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
-from training_assets.defs.training.config import TRAIN_FIELDS, DpoOptions, GrpoOptions, nested, overrides, training_config
-from training_assets.trainers import jobs
+from training_assets.defs.settings import nested, spec_config
+from training_assets.defs.training.config import TRAIN_FIELDS, overrides, training_config
+from training_assets.trainers import TrainConfig, jobs
 from training_assets.trainers.accelerate_launch import RESULT_MESSAGE
 from training_assets.slots import hold_slot
-from training_assets.trainers.manifest import CheckpointManifest
+from training_assets.checkpoint_manifest import CheckpointManifest
 
 TRAINING_CODE_VERSION = "trainers-2"  # nested DPO/GRPO specs, constant lr by default, one run_training path
 
@@ -40,15 +42,32 @@ TRAINING_CODE_VERSION = "trainers-2"  # nested DPO/GRPO specs, constant lr by de
 # training process: dpo and grpo can train at the same time, and two processes spinning two OpenMP
 # threads each on 2 shared cores ran ~20x slower here. MLflow tracking into the `mlflow` resource's store.
 DEMO = {"max_steps": 8, "batch_size": 8, "lr": 3e-3, "save_steps": 4, "torch_threads": 1, "tracker": "mlflow"}
+DEMO_LORA = {"r": 8, "alpha": 16}  # adapter kinds on the demo: a small adapter, scale alpha/r = 2 as LoraSpec's default
+# Per-kind changes to the demo defaults (a kind not listed trains with DEMO as it is; an adapter kind with DEMO_LORA).
+DEMO_CHANGES: dict[str, dict] = {
+    "sft": {"max_steps": 6, "batch_size": 4, "packing": True},
+    "grpo": {"max_steps": 3, "batch_size": 2},
+}
+EXTRA_FIELDS = {"sft": ("packing",)}  # TrainConfig fields only some kinds expose
+SPEC_DEFAULTS = {"grpo": {"rollout": "mixed", "max_new_tokens": 16}}
+SPEC_HELP = {"grpo": "rollout=mixed on the demo: a tiny policy's own samples tie, the logged attempts do not."}
 
-BaseCheckpointConfig = training_config("BaseCheckpointConfig", DEMO)
-SftCheckpointConfig = training_config("SftCheckpointConfig", {**DEMO, "max_steps": 6, "batch_size": 4, "packing": True},
-                                      fields=(*TRAIN_FIELDS, "packing"))
-DpoCheckpointConfig = training_config("DpoCheckpointConfig", {**DEMO, "lora_r": 8},
-                                      dpo=nested(DpoOptions, "DPO options (trainers.config.DpoSpec)."))
-GrpoCheckpointConfig = training_config("GrpoCheckpointConfig", {**DEMO, "max_steps": 3, "batch_size": 2, "lora_r": 8},
-                                       grpo=nested(GrpoOptions, "GRPO options (trainers.config.GrpoSpec); rollout=mixed "
-                                                   "on the demo: a tiny policy's own samples tie, the logged attempts do not."))
+
+def demo_defaults(kind: kinds.TrainingKind) -> dict:
+    """Where ``kind``'s run config departs from TrainConfig's defaults on the demo."""
+    return {**DEMO, **({"lora": DEMO_LORA} if kind.adapter else {}), **DEMO_CHANGES.get(kind.name, {})}
+
+
+def checkpoint_config(kind: kinds.TrainingKind) -> type[dg.Config]:
+    """The run config of ``kind``'s checkpoint asset, derived from TrainConfig and the kind's own spec."""
+    defaults = demo_defaults(kind)
+    spec = {}
+    if kind.spec is not None:
+        spec_class = TrainConfig.model_fields[kind.spec].annotation
+        options = spec_config(f"{kind.name.title()}Options", spec_class, defaults=SPEC_DEFAULTS.get(kind.name))
+        spec[kind.spec] = nested(options, f"{kind.name} options ({spec_class.__name__}). {SPEC_HELP.get(kind.name, '')}".strip())
+    return training_config(f"{kind.name.title()}CheckpointConfig", defaults,
+                           fields=(*TRAIN_FIELDS, *EXTRA_FIELDS.get(kind.name, ())), **spec)
 
 
 def _pipes_launcher(context: dg.AssetExecutionContext) -> jobs.Launcher:
@@ -172,45 +191,38 @@ _COMMON = dict(group_name="training", code_version=TRAINING_CODE_VERSION, kinds=
                automation_condition=training_condition(POLICY))
 
 
-@dg.asset(deps=["pretrain_windows", "tokenizer"], **{**_COMMON, "automation_condition": base_model_condition()})
-def base_checkpoint(context: dg.AssetExecutionContext, config: BaseCheckpointConfig, data_root: DataRoot,
-                    mlflow: MlflowTracking) -> dg.MaterializeResult:
-    """A tiny random-init decoder pretrained on the packed corpus windows."""
-    return _train(context, "base_checkpoint", config, data_root, mlflow)
+def checkpoint_asset(kind: kinds.TrainingKind) -> dg.AssetsDefinition:
+    """``kind.checkpoint``: trains on ``kind.dataset`` from ``kind.upstream`` once the upstream's gate passed."""
+    config_class = checkpoint_config(kind)
+    upstream_gate = kinds.kind_of_checkpoint(kind.upstream).gate if kind.upstream else None
+    deps = [kind.dataset, "tokenizer", *([kind.upstream] if kind.upstream else []), *([upstream_gate] if upstream_gate else [])]
+    condition = training_condition(POLICY) if kind.upstream else base_model_condition()
+
+    def train(context: dg.AssetExecutionContext, config: config_class, data_root: DataRoot,  # type: ignore[valid-type]
+              mlflow: MlflowTracking) -> dg.MaterializeResult:
+        return _train(context, kind.checkpoint, config, data_root, mlflow)
+
+    start = f"from {kind.upstream}" if kind.upstream else "from random init"
+    return dg.asset(name=kind.checkpoint, deps=deps, description=f"{kind.summary} ({start}, on {kind.dataset}).",
+                    **{**_COMMON, "automation_condition": condition})(train)
 
 
-@dg.asset(deps=["sft_dataset", "base_checkpoint", "tokenizer"], **_COMMON)
-def sft_checkpoint(context: dg.AssetExecutionContext, config: SftCheckpointConfig, data_root: DataRoot,
-                   mlflow: MlflowTracking) -> dg.MaterializeResult:
-    """base_checkpoint fine-tuned on successful traces (assistant-only loss, packed)."""
-    return _train(context, "sft_checkpoint", config, data_root, mlflow)
+checkpoint_assets = [checkpoint_asset(kind) for kind in kinds.KINDS.values()]
 
 
-@dg.asset(deps=["sft_checkpoint", "preference_pairs", "sft_eval_report"], **_COMMON)
-def dpo_checkpoint(context: dg.AssetExecutionContext, config: DpoCheckpointConfig, data_root: DataRoot,
-                   mlflow: MlflowTracking) -> dg.MaterializeResult:
-    """A DPO LoRA adapter on sft_checkpoint (reference log-probs precomputed once)."""
-    return _train(context, "dpo_checkpoint", config, data_root, mlflow)
+MergeConfig = pydantic.create_model(
+    "MergeConfig", __base__=dg.Config, __doc__="TIES merge of the adapter kinds' checkpoints.",
+    density=(float, Field(0.5, ge=0.0, le=1.0, description="TIES: share of each task vector kept (largest magnitudes).")),
+    **{f"{name}_weight": (float, Field(1.0, description=f"Weight of the {name} adapter.")) for name in kinds.MERGED_KINDS})
+MERGED_CHECKPOINTS = [kinds.kind(name).checkpoint for name in kinds.MERGED_KINDS]
 
 
-@dg.asset(deps=["sft_checkpoint", "grpo_groups", "sft_eval_report"], **_COMMON)
-def grpo_checkpoint(context: dg.AssetExecutionContext, config: GrpoCheckpointConfig, data_root: DataRoot,
-                    mlflow: MlflowTracking) -> dg.MaterializeResult:
-    """A GRPO LoRA adapter on sft_checkpoint: rollouts, composite rewards, group advantages."""
-    return _train(context, "grpo_checkpoint", config, data_root, mlflow)
-
-
-class MergeConfig(dg.Config):
-    density: float = Field(0.5, ge=0.0, le=1.0, description="TIES: share of each task vector kept (largest magnitudes).")
-    dpo_weight: float = Field(1.0, description="Weight of the DPO adapter.")
-    grpo_weight: float = Field(1.0, description="Weight of the GRPO adapter.")
-
-
-# The align gates block the merge: a DPO or GRPO adapter whose eval report fails is never merged.
-@dg.asset(deps=["dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report", "grpo_eval_report"], **_COMMON)
+# The adapters' gates block the merge: an adapter whose eval report fails is never merged.
+@dg.asset(deps=[*MERGED_CHECKPOINTS, *(kinds.kind(name).gate for name in kinds.MERGED_KINDS)], **_COMMON)
 def merged_adapter(context: dg.AssetExecutionContext, config: MergeConfig, data_root: DataRoot) -> dg.MaterializeResult:
-    """TIES merge (trim, elect sign, disjoint mean) of the DPO and GRPO LoRA adapters."""
+    """TIES merge (trim, elect sign, disjoint mean) of the adapter kinds' LoRA adapters (DPO and GRPO)."""
     with training_slot(context, data_root.root()):
-        manifest = jobs.merge_job(data_root.root(), weights=[config.dpo_weight, config.grpo_weight],
+        manifest = jobs.merge_job(data_root.root(), sources=tuple(MERGED_CHECKPOINTS),
+                                  weights=[getattr(config, f"{name}_weight") for name in kinds.MERGED_KINDS],
                                   density=config.density, dagster_run_id=context.run_id)
     return _result(manifest)

@@ -2,6 +2,8 @@
 
 import dagster as dg
 
+from training_assets.kinds import CHECKPOINTS
+
 training_job = dg.define_asset_job(
-    "training_job", selection=["base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter"],
+    "training_job", selection=[*CHECKPOINTS, "merged_adapter"],
     description="Every checkpoint; each training step holds the `training` pool's slot while it runs.")

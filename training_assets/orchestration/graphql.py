@@ -7,6 +7,8 @@ Launching and terminating go through ``dagster_graphql.DagsterGraphQLClient``; r
 and asset states (stale status and causes, data versions, partitions, check executions) are plain
 GraphQL queries against ``<url>/graphql``. The static graph comes from this package's Definitions,
 as for the local backend. New trace batches are registered by the daemon's ``trace_batch_sensor``.
+``dagster_graphql`` and ``requests`` are imported when a call needs them: building the backend (at
+the MCP server's start) must stay quick.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
-from training_assets.agent.runs import TERMINAL, LocalRuns
+from training_assets.orchestration.backends import LocalRuns
+from training_assets.orchestration.vocabulary import IN_FLIGHT, PARTITION_TAG, TERMINAL
 
-IN_FLIGHT = ["QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"]
 META = """fragment Meta on MetadataEntry { label __typename
   ... on TextMetadataEntry { text } ... on IntMetadataEntry { intRepr } ... on FloatMetadataEntry { floatRepr }
   ... on BoolMetadataEntry { boolValue } ... on PathMetadataEntry { path } ... on JsonMetadataEntry { jsonString }
@@ -91,7 +93,7 @@ def _key(node: Mapping[str, Any] | None) -> str:
 def _run(node: Mapping[str, Any]) -> dict[str, Any]:
     tags = {t["key"]: t["value"] for t in node["tags"]}
     return {"run_id": node["runId"], "status": node["status"], "tags": tags,
-            "assets": sorted(_key(k) for k in node.get("assetSelection") or []), "partition": tags.get("dagster/partition"),
+            "assets": sorted(_key(k) for k in node.get("assetSelection") or []), "partition": tags.get(PARTITION_TAG),
             "created_at": _iso(node.get("creationTime")), "started_at": _iso(node.get("startTime")),
             "ended_at": _iso(node.get("endTime"))}
 
@@ -172,7 +174,7 @@ class GraphQLRuns:
                partition: str | None = None, wait: bool = False) -> str:
         from dagster_graphql import DagsterGraphQLClientError
 
-        run_tags = {**tags, **({"dagster/partition": partition} if partition else {})}
+        run_tags = {**tags, **({PARTITION_TAG: partition} if partition else {})}
         try:
             run_id = self.client.submit_job_execution("__ASSET_JOB", run_config=dict(run_config), tags=run_tags,
                                                       asset_selection=list(assets))
@@ -232,7 +234,7 @@ class GraphQLRuns:
         return [_run(r) for r in data.get("results", [])]
 
     def in_flight(self, assets: Iterable[str]) -> list[dict[str, Any]]:
-        data = self.query(RUNS_QUERY, filter={"statuses": IN_FLIGHT})["runsOrError"]
+        data = self.query(RUNS_QUERY, filter={"statuses": list(IN_FLIGHT)})["runsOrError"]
         wanted = set(assets)
         return [r for r in (_run(n) for n in data.get("results", [])) if wanted & set(r["assets"])]
 

@@ -1,5 +1,7 @@
 """The main job behind ``make demo``: sample traces → every asset, on the embedded instance.
 
+    training-assets demo [--json]      # what `make demo` runs, with DAGSTER_HOME=dagster_home
+
 Runs against ``$DAGSTER_HOME`` (the Makefile points it at ``dagster_home/``, SQLite), so what it
 materialises is what ``make ui`` shows. Steps: write the sample batches into the inbox, tick
 ``trace_batch_sensor`` (adding a partition per new batch), materialise each missing
@@ -17,34 +19,11 @@ from typing import Any
 import dagster as dg
 
 from training_assets import paths, sample_traces
+from training_assets.orchestration.catalog import defs, get_instance, tick_sensor
+from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG
 
 
-def _definitions() -> dg.Definitions:
-    # Imported here: this module lives in defs/, which the definitions loader imports first.
-    from training_assets.definitions import defs
-
-    return defs
-
-
-def tick_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, sensor_name: str = "trace_batch_sensor") -> list[str]:
-    """Evaluate one sensor tick and apply its partition requests, as the daemon would.
-
-    The sensor is invoked directly: ``evaluate_tick`` validates run requests against partitions
-    that only exist once the same tick's ``dynamic_partitions_requests`` are applied.
-    """
-    sensor = defs.resolve_sensor_def(sensor_name)
-    context = dg.build_sensor_context(instance=instance, definitions=defs, sensor_name=sensor_name,
-                                      resources=dict(defs.resources or {}))
-    result = sensor(context)
-    if not isinstance(result, dg.SensorResult):
-        return []
-    for request in result.dynamic_partitions_requests or ():
-        if isinstance(request, dg.AddDynamicPartitionsRequest):
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    return [r.partition_key for r in result.run_requests or () if r.partition_key]
-
-
-def missing_partitions(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[str, list[dg.AssetKey]]:
+def missing_partitions(instance: dg.DagsterInstance) -> dict[str, list[dg.AssetKey]]:
     """Partition key -> the partitioned assets (in dependency order) not yet materialised for it."""
     graph = defs.resolve_asset_graph()
     missing: dict[str, list[dg.AssetKey]] = {}
@@ -59,13 +38,13 @@ def missing_partitions(defs: dg.Definitions, instance: dg.DagsterInstance) -> di
     return missing
 
 
-def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, keys: list[dg.AssetKey],
+def _materialize(instance: dg.DagsterInstance, keys: list[dg.AssetKey],
                  partition_key: str | None = None) -> dg.ExecuteInProcessResult:
     job = defs.resolve_implicit_global_asset_job_def()
     return job.execute_in_process(
         instance=instance, asset_selection=keys, partition_key=partition_key,
         run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-        tags={"training_assets/launched_by": "make-demo"}, raise_on_error=False,
+        tags={LAUNCHED_BY_TAG: "make-demo"}, raise_on_error=False,
     )
 
 
@@ -87,17 +66,16 @@ def run_demo(log: Callable[[str], None] = print) -> dict[str, Any]:
     written = sample_traces.write_samples(root)
     log(f"sample batches: {', '.join(Path(p).name for p in written['batches'])} -> {paths.inbox_dir(root)}")
 
-    defs = _definitions()
-    instance = dg.DagsterInstance.get()
-    requested = tick_sensor(defs, instance)
+    instance = get_instance()
+    requested = tick_sensor(instance)
     log(f"sensor tick: {len(requested)} new partition(s) {requested}")
 
     failures: list[str] = []
     timings: dict[str, float] = {}
-    for partition, keys in missing_partitions(defs, instance).items():
+    for partition, keys in missing_partitions(instance).items():
         # one run per partition holding every partitioned asset, upstream first
         t0 = time.perf_counter()
-        result = _materialize(defs, instance, keys, partition)
+        result = _materialize(instance, keys, partition)
         timings[f"partition {partition}"] = round(time.perf_counter() - t0, 2)
         names = ", ".join(k.to_user_string() for k in keys)
         if not result.success:
@@ -109,7 +87,7 @@ def run_demo(log: Callable[[str], None] = print) -> dict[str, Any]:
                      and graph.get(k).partitions_def is None]
     if unpartitioned:
         t0 = time.perf_counter()
-        result = _materialize(defs, instance, unpartitioned)
+        result = _materialize(instance, unpartitioned)
         timings["unpartitioned assets"] = round(time.perf_counter() - t0, 2)
         for event in result.all_events:
             if event.is_step_failure or (event.event_type_value == "ASSET_CHECK_EVALUATION"

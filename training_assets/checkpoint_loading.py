@@ -4,7 +4,8 @@
     model, tokenizer = load_checkpoint("data/merged_adapter", merge_adapter=True)
 
 The one place that loads checkpoints, for evaluation, the registry (snapshots, rollback) and the
-trainers (tokenizers). Accepted: a folder with a ``manifest.json`` (a checkpoint asset, a pipeline
+trainers (tokenizers): below all three, so evaluation loads a checkpoint without importing the
+training code (``tests/trainers/test_layers.py``). Accepted: a folder with a ``manifest.json`` (a checkpoint asset, a pipeline
 or CLI run, a registry snapshot with relative paths), a Hugging Face model folder
 (``config.json``) or a PEFT adapter folder (``adapter_config.json`` naming a local base).
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training_assets.trainers.manifest import MANIFEST_FILE, read_manifest_file
+from training_assets.checkpoint_manifest import MANIFEST_FILE, read_manifest_file
 
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
@@ -65,7 +66,7 @@ def load_tokenizer_dir(path: str | os.PathLike[str]) -> Any:
     ``PreTrainedTokenizerFast`` (exactly its tokenizer.json); a model-specific one (a hub model)
     goes through ``AutoTokenizer`` as usual.
     """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # the [train] extra, only when a tokenizer loads
 
     config_path = Path(path) / "tokenizer_config.json"
     if config_path.is_file() and json.loads(config_path.read_text()).get("tokenizer_class") in GENERIC_TOKENIZER_CLASSES:
@@ -80,12 +81,12 @@ def load_checkpoint(path: str | os.PathLike[str], merge_adapter: bool = False, *
     faster generation and a plain ``PreTrainedModel`` (what lm-eval wants). ``kwargs`` go to
     ``from_pretrained`` (e.g. ``dtype=torch.float32``).
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # the [train] extra, only when weights load (resolving needs none)
 
     dirs = resolve_checkpoint(path)
     tokenizer = load_tokenizer_dir(dirs.tokenizer_dir)
     if dirs.is_adapter:
-        from peft import PeftModel
+        from peft import PeftModel  # the [train] extra, only for an adapter
 
         base = AutoModelForCausalLM.from_pretrained(str(dirs.base_model_dir), **kwargs)
         model = PeftModel.from_pretrained(base, str(dirs.checkpoint_dir))

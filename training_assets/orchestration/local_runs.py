@@ -2,7 +2,7 @@
 
     run_id = launch(["sft_checkpoint"], run_config, tags)        # NOT_STARTED at once, then a worker runs it
     run_ids = launch_sequence([{...}, {...}])                    # several runs, executed in order by one worker
-    python -m training_assets.defs.agent_runs RUN_ID [...]       # the worker (started detached by launch)
+    python -m training_assets.orchestration.local_runs RUN_ID [...]  # the worker (started detached by launch)
 
 ``dagster_home/dagster.yaml`` uses the QueuedRunCoordinator, whose queue only the daemon drains.
 With no daemon (no ``dagster dev``), a run the agent launches must still complete, so ``launch``
@@ -36,16 +36,22 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import dagster as dg
+# Private: the public dg.reconstructable / build_reconstructable_job wrap a job in a repository of
+# their own, which refuses the reserved name __ASSET_JOB; the implicit job is only reachable through
+# the repository that holds it (as `dagster job execute -j __ASSET_JOB` does).
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+# Private: no public API executes an existing run in-process (dg.execute_job and execute_in_process
+# always create a new run, and the run launchers hand the run to a code server); execute_run is
+# what Dagster's own run worker (`dagster api execute_run`) calls.
+from dagster._core.execution.api import execute_run
 
-from training_assets.defs.agent_catalog import definitions, get_instance, metadata_values
+from training_assets.orchestration.active_runs import IN_FLIGHT_STATUSES, TERMINAL_STATUSES
+from training_assets.orchestration.catalog import defs, get_instance, metadata_values
+from training_assets.orchestration.vocabulary import PARTITION_TAG
 
-MODULE = "training_assets.defs.agent_runs"  # not __name__: the worker runs this file as __main__
+MODULE = "training_assets.orchestration.local_runs"  # not __name__: the worker runs this file as __main__
 DEFINITIONS_MODULE = "training_assets.definitions"
 WORKER_PID_TAG = "training_assets/worker_pid"
-PARTITION_TAG = "dagster/partition"
-IN_FLIGHT = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
-TERMINAL = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 DAEMON_FRESH_S = 60  # a heartbeat younger than this means a daemon is serving the instance
 CANCEL_GRACE_S = 60  # a worker still running this long after a cancel is killed
 
@@ -53,13 +59,8 @@ CANCEL_GRACE_S = 60  # a worker still running this long after a cancel is killed
 def _reconstructable() -> Any:
     """The implicit job over every asset (``__ASSET_JOB``; a run selects what it materialises), as a
     pointer a worker process can load: ``training_assets.definitions:defs``."""
-    # Private: the public dg.reconstructable / build_reconstructable_job wrap a job in a repository
-    # of their own, which refuses the reserved name __ASSET_JOB; the implicit job is only reachable
-    # through the repository that holds it (as `dagster job execute -j __ASSET_JOB` does).
-    from dagster._core.definitions.reconstruct import ReconstructableRepository
-
     return ReconstructableRepository.for_module(DEFINITIONS_MODULE, "defs").get_reconstructable_job(
-        definitions().resolve_implicit_global_asset_job_def().name)
+        defs.resolve_implicit_global_asset_job_def().name)
 
 
 def _daemon_heartbeating(instance: dg.DagsterInstance) -> bool:
@@ -138,11 +139,6 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 def execute(run_id: str) -> str:
     """Execute the NOT_STARTED run ``run_id`` in this process; returns its final status."""
-    # No public API executes an existing run in-process: dg.execute_job and execute_in_process always
-    # create a new run, and the run launchers hand the run to a code server. execute_run is what
-    # Dagster's own run worker (`dagster api execute_run`) calls.
-    from dagster._core.execution.api import execute_run
-
     instance = get_instance()
     instance.add_run_tags(run_id, {WORKER_PID_TAG: str(os.getpid())})
     run = instance.get_run_by_id(run_id)
@@ -232,10 +228,10 @@ def in_flight(assets: Iterable[str]) -> list[dict[str, Any]]:
     instance = get_instance()
     wanted = set(assets)
     out = []
-    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=list(IN_FLIGHT))):
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=list(IN_FLIGHT_STATUSES))):
         record = _reap_dead_worker(instance, record)
         summary = _summary(record)
-        if summary["status"] in {s.value for s in IN_FLIGHT} and wanted & set(summary["assets"]):
+        if summary["status"] in {s.value for s in IN_FLIGHT_STATUSES} and wanted & set(summary["assets"]):
             out.append(summary)
     return out
 
@@ -286,7 +282,7 @@ def cancel(run_id: str) -> str:
         raise KeyError(run_id)
     record = _reap_dead_worker(instance, record)
     run = record.dagster_run
-    if run.status in TERMINAL:
+    if run.status in TERMINAL_STATUSES:
         raise ValueError(f"run {run_id} already finished with {run.status.value}: nothing to cancel")
     pid = run.tags.get(WORKER_PID_TAG)
     if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED) or not pid:
@@ -306,7 +302,7 @@ def cancel(run_id: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        print("usage: python -m training_assets.defs.agent_runs RUN_ID [RUN_ID ...]", file=sys.stderr)
+        print("usage: python -m training_assets.orchestration.local_runs RUN_ID [RUN_ID ...]", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     instance = get_instance()

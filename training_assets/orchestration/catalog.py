@@ -2,8 +2,9 @@
 
     graph = describe_graph()                    # key -> parents, checks, config fields (from the Definitions)
     states = asset_states(["sft_checkpoint"])   # key -> last materialisation, data version, stale, checks
+    tick_sensor(instance)                       # one tick of trace_batch_sensor, as the daemon would
 
-The agent package never imports dagster (only ``defs/`` does); it calls these functions lazily
+The agent package never imports dagster; it reaches this module through ``backends.LocalRuns``
 and gets plain dicts back. Everything is read from the Definitions and the instance at
 ``$DAGSTER_HOME``: nothing here is a hand-kept list of assets.
 """
@@ -17,6 +18,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dagster as dg
+# Private: stale status has no public Python API in Dagster 1.13 (see _stale_resolver).
+from dagster._core.definitions.data_version import CachingStaleStatusResolver
+from dagster._core.loader import LoadingContext
+
+from training_assets.definitions import defs
 
 # Metadata longer than this (plots are base64 PNGs in Markdown) is left to the UI.
 MAX_METADATA_CHARS = 1500
@@ -36,13 +42,6 @@ def get_instance() -> dg.DagsterInstance:
 _INSTANCES: dict[str, dg.DagsterInstance] = {}
 
 
-def definitions() -> dg.Definitions:
-    # Imported here: this module lives in defs/, which the definitions loader imports first.
-    from training_assets.definitions import defs
-
-    return defs
-
-
 def _config_fields(assets_def: dg.AssetsDefinition) -> dict[str, dict[str, Any]]:
     schema = assets_def.op.config_schema
     if schema is None or not hasattr(schema.config_type, "fields"):
@@ -60,7 +59,7 @@ def config_class(key: str) -> type | None:
     Dagster keeps only the derived config schema on the op; the class is the annotation of the
     asset function's ``config`` parameter.
     """
-    fn = getattr(definitions().resolve_assets_def(key).op.compute_fn, "decorated_fn", None)
+    fn = getattr(defs.resolve_assets_def(key).op.compute_fn, "decorated_fn", None)
     param = inspect.signature(fn).parameters.get("config") if fn is not None else None
     annotation = param.annotation if param is not None else None
     return annotation if isinstance(annotation, type) and issubclass(annotation, dg.Config) else None
@@ -69,7 +68,6 @@ def config_class(key: str) -> type | None:
 def describe_graph() -> dict[str, dict[str, Any]]:
     """Every materialisable asset in dependency order: group, description, partitioned, parents,
     children, code version, op tags, check specs and config fields (with defaults and help)."""
-    defs = definitions()
     graph = defs.resolve_asset_graph()
     out: dict[str, dict[str, Any]] = {}
     for key in graph.toposorted_asset_keys:
@@ -112,6 +110,21 @@ def _iso(timestamp: float | None) -> str | None:
     return None if timestamp is None else dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat()
 
 
+class _Loading(LoadingContext):
+    """The loading context the stale-status resolver asks for: the instance and a loader cache."""
+
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self._instance, self._loaders = instance, {}
+
+    @property
+    def instance(self) -> dg.DagsterInstance:
+        return self._instance
+
+    @property
+    def loaders(self) -> dict:
+        return self._loaders
+
+
 def _stale_resolver(instance: dg.DagsterInstance, graph: Any) -> Any:
     """Dagster's own stale-status resolver (what the UI shows).
 
@@ -119,21 +132,6 @@ def _stale_resolver(instance: dg.DagsterInstance, graph: Any) -> Any:
     ``staleStatus`` / ``staleCauses`` fields, which the ``--dagster-url`` path reads. Locally we
     call the resolver behind those fields (dagster is pinned exactly, see pyproject.toml).
     """
-    from dagster._core.definitions.data_version import CachingStaleStatusResolver
-    from dagster._core.loader import LoadingContext
-
-    class _Loading(LoadingContext):
-        def __init__(self, inst: dg.DagsterInstance) -> None:
-            self._instance, self._loaders = inst, {}
-
-        @property
-        def instance(self) -> dg.DagsterInstance:
-            return self._instance
-
-        @property
-        def loaders(self) -> dict:
-            return self._loaders
-
     return CachingStaleStatusResolver(instance, graph, _Loading(instance))
 
 
@@ -159,7 +157,6 @@ def asset_states(keys: Iterable[str] | None = None, instance: dg.DagsterInstance
     """key -> materialised?, when, by which run, data version, stale status (FRESH | STALE | MISSING)
     with its causes, partitions (partitioned assets), the latest result of each check, and the
     latest materialisation's metadata."""
-    defs = definitions()
     graph = defs.resolve_asset_graph()
     instance = instance or get_instance()
     resolver = _stale_resolver(instance, graph)
@@ -195,8 +192,25 @@ def asset_states(keys: Iterable[str] | None = None, instance: dg.DagsterInstance
     return out
 
 
+def tick_sensor(instance: dg.DagsterInstance, sensor_name: str = "trace_batch_sensor") -> list[str]:
+    """Evaluate one sensor tick and apply its partition requests, as the daemon would; returns the
+    partition keys it requested runs for.
+
+    The sensor is invoked directly: ``evaluate_tick`` validates run requests against partitions
+    that only exist once the same tick's ``dynamic_partitions_requests`` are applied.
+    """
+    sensor = defs.resolve_sensor_def(sensor_name)
+    context = dg.build_sensor_context(instance=instance, definitions=defs, sensor_name=sensor_name,
+                                      resources=dict(defs.resources or {}))
+    result = sensor(context)
+    if not isinstance(result, dg.SensorResult):
+        return []
+    for request in result.dynamic_partitions_requests or ():
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return [r.partition_key for r in result.run_requests or () if r.partition_key]
+
+
 def register_new_batches(instance: dg.DagsterInstance | None = None) -> list[str]:
     """One tick of ``trace_batch_sensor`` (as the daemon would): new inbox batches become partitions."""
-    from training_assets.defs.demo_runner import tick_sensor
-
-    return tick_sensor(definitions(), instance or get_instance())
+    return tick_sensor(instance or get_instance())

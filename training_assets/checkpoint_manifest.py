@@ -7,7 +7,10 @@
 Where a manifest lives: ``<root>/<asset>/manifest.json`` for the checkpoint assets (written last: its
 presence marks the asset complete), ``<output_dir>/manifest.json`` for CLI and pipeline runs, and
 ``<snapshot>/manifest.json`` inside a registered model version, whose paths are relative to it
-(``snapshot_manifest``). ``trainers.loading.resolve_checkpoint`` resolves any of them.
+(``snapshot_manifest``). ``checkpoint_loading.resolve_checkpoint`` resolves any of them.
+
+It sits below the trainers (which write it) and evaluation, the registry and lineage (which read
+it), and imports none of them: a reader of a manifest never loads the training code.
 
 A checkpoint's data version is ``fingerprint(sha256_tree(checkpoint_dir), data_versions)``: the
 weights' bytes and the data versions of everything it was trained from.

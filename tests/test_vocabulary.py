@@ -1,0 +1,83 @@
+"""One vocabulary: every layer's names for a training kind come from ``training_assets.kinds``, and every
+setting's default and help from its one settings model."""
+
+import importlib
+
+import dagster as dg
+import pytest
+
+from training_assets import kinds, settings
+from training_assets.cli import build_parser
+from training_assets.definitions import defs
+from training_assets.trainers import objectives
+
+
+def _asset_keys() -> set[str]:
+    return {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+
+
+def _config_fields(asset: str) -> dict:
+    """field -> (default, description) of an asset's Dagster run config."""
+    fields = defs.get_assets_def(asset).op.config_schema.as_field().config_type.fields
+    return {name: (field.default_value if field.default_provided else None, field.description)
+            for name, field in fields.items()}
+
+
+@pytest.mark.parametrize("kind", kinds.KINDS.values(), ids=lambda k: k.name)
+def test_each_kind_reaches_every_layer_by_the_tables_names(kind):
+    assets = _asset_keys()
+    assert {kind.dataset, kind.checkpoint} <= assets
+    assert kind.gate is None or kind.gate in assets
+    assert kind.upstream is None or kinds.is_checkpoint(kind.upstream)
+    module, cls = kind.trainer.split(":")
+    assert hasattr(importlib.import_module(f"training_assets.trainers.{module}"), cls)
+    assert callable(getattr(objectives, kind.objective))
+    assert kind.dataset in settings.DATASET_SETTINGS
+
+    from training_assets.agent import personas
+    from training_assets.agent.tools import TOOLS
+
+    assert kind.tool in TOOLS and kind.tool in personas.load_persona(kind.persona).tools
+    parents = {p.to_user_string() for p in defs.resolve_asset_graph().get(dg.AssetKey(kind.checkpoint)).parent_keys}
+    assert kind.dataset in parents and (kind.upstream is None or kind.upstream in parents)
+
+
+def test_cli_choices_are_the_kinds():
+    parser = build_parser(["training", "datasets"])
+    verbs = parser._subparsers._group_actions[0].choices
+    train_kind = next(a for a in verbs["train"]._actions if a.dest == "kind")
+    assert tuple(train_kind.choices) == kinds.KIND_NAMES
+    build_kinds = next(a for a in verbs["build-dataset"]._actions if a.dest == "kind")
+    assert tuple(build_kinds.choices) == kinds.KIND_NAMES
+
+
+@pytest.mark.parametrize("dataset", sorted(settings.DATASET_SETTINGS))
+def test_a_dataset_setting_has_one_default_and_one_help_in_dagster_and_the_cli(dataset):
+    model = settings.DATASET_SETTINGS[dataset]
+    expected = {name: (info.get_default(call_default_factory=True), info.description)
+                for name, info in model.model_fields.items()}
+    assert _config_fields(dataset) == expected
+    parser = build_parser(["datasets"])
+    sub = parser._subparsers._group_actions[0].choices["build-dataset"]
+    kind = kinds.kind_of_dataset(dataset).name
+    options = {a.dest.removeprefix("opt__") for a in sub._subparsers._group_actions[0].choices[kind]._actions
+               if a.dest.startswith("opt__")}
+    assert options == set(expected)
+
+
+def test_a_checkpoint_config_field_carries_the_library_help_and_default_unless_the_demo_changes_it():
+    from training_assets.defs.training.assets import demo_defaults
+    from training_assets.trainers import LoraSpec, TrainConfig
+
+    for kind in kinds.KINDS.values():
+        demo = demo_defaults(kind)
+        for name, (default, help_text) in _config_fields(kind.checkpoint).items():
+            if name not in TrainConfig.model_fields or name == kind.spec:
+                continue
+            info = TrainConfig.model_fields[name]
+            assert help_text == info.description, (kind.name, name)
+            expected = demo.get(name, info.get_default(call_default_factory=True))
+            if name == "lora" and expected is not None:  # Dagster shows every LoraSpec field: the rest its defaults
+                assert LoraSpec(**default) == LoraSpec(**expected), kind.name
+                continue
+            assert default == expected, (kind.name, name)

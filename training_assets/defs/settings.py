@@ -1,0 +1,55 @@
+"""Dagster run configs derived from the library's settings models, so a field is declared once.
+
+    SftDatasetConfig = spec_config("SftDatasetConfig", pipeline.SftConfig)
+    pipeline.SftConfig(**config.model_dump())        # back to the library's model at the asset boundary
+
+Each ``dg.Config`` field takes the model field's type (``Literal`` choices become the launchpad's
+drop-downs, a typo is refused before launch), its help text and its default; an asset may change a
+default for the demo (a tiny model on CPU), and only the fields it lets users set are exposed.
+Constraints (``ge``, ``gt``, ...) stay with the library model, which validates the values when the
+asset builds it from the config.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args, get_origin
+
+import dagster as dg
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StrictConfig(dg.Config):
+    """A run config that refuses an unknown field in Python too (Dagster's launch-time schema already does):
+    a nested ``{"lora": {"rank": 8}}`` built here must fail, not fall back to defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _config_type(annotation: Any) -> Any:
+    """Dagster's config types have no tuples: ``tuple[X, ...]`` is offered as ``list[X]`` (the model takes it back)."""
+    if get_origin(annotation) is tuple:
+        return list[get_args(annotation)[0]]
+    return annotation
+
+
+def _fields(spec: type[BaseModel], names: Sequence[str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name in names:
+        info = spec.model_fields[name]
+        default = defaults.get(name, info.get_default(call_default_factory=True))
+        out[name] = (_config_type(info.annotation), Field(list(default) if isinstance(default, tuple) else default,
+                                                         description=info.description))
+    return out
+
+
+def spec_config(name: str, spec: type[BaseModel], names: Sequence[str] | None = None,
+                defaults: Mapping[str, Any] | None = None, **extra: Any) -> type[dg.Config]:
+    """A ``dg.Config`` class with ``spec``'s fields ``names`` (all by default), ``defaults`` changed, plus ``extra``."""
+    fields = _fields(spec, names if names is not None else list(spec.model_fields), defaults or {})
+    return pydantic.create_model(name, __base__=StrictConfig, __doc__=f"Run config built from {spec.__name__}.",
+                                 **fields, **extra)
+
+
+def nested(config_class: type[dg.Config], description: str) -> tuple[type, Any]:
+    """A nested config field (``dpo: {...}``), defaulting to the class's own defaults."""
+    return config_class, Field(default_factory=config_class, description=description)

@@ -1,0 +1,64 @@
+"""Settings models declared once, with their defaults and help: every layer derives from them.
+
+    from training_assets.settings import GrpoConfig
+    GrpoConfig(scale_rewards="none")                 # the library takes it as it is
+    spec_config("GrpoGroupsConfig", GrpoConfig)      # Dagster run config (defs/settings.py)
+    add_model_options(parser, GrpoConfig)            # CLI options (commands/options.py)
+
+Pure pydantic and light to import (the CLI builds its parsers from them at start-up): the dataset
+builders' settings live here; the trainers' (``TrainConfig`` and its nested specs) in
+``trainers.config`` and LoRA's in ``peft_manager``, each its one declaration.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# composite GRPO reward: weight per component (training_data.rewards scores each)
+DEFAULT_REWARD_WEIGHTS: dict[str, float] = {"success": 1.0, "answer": 0.5, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
+_SETTINGS = ConfigDict(frozen=True, extra="forbid")
+
+
+class SftConfig(BaseModel):
+    """How ``sft_dataset`` is built from the kept successful traces."""
+
+    model_config = _SETTINGS
+    max_tokens: int = Field(1024, ge=8, description="Conversations longer than this (in tokens) are skipped, never truncated.")
+
+
+class PreferenceConfig(BaseModel):
+    """How ``preference_pairs`` pairs attempts at one task."""
+
+    model_config = _SETTINGS
+    max_pairs_per_task: int = Field(4, ge=1, description="At most this many pairs per task (caps how much one task weighs).")
+    require_success: bool = Field(True, description="Chosen must be a successful attempt; off: a higher score suffices.")
+
+
+class GrpoConfig(BaseModel):
+    """How ``grpo_groups`` groups attempts per prompt and scores them."""
+
+    model_config = _SETTINGS
+    reward_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS), description=(
+        "Weight per reward component (success, answer, tool_json, efficiency, length)."))
+    scale_rewards: Literal["group", "none"] = Field("group", description=(
+        "'group': divide advantages by the group std (GRPO); 'none': Dr. GRPO (no division)."))
+    min_group_size: int = Field(2, ge=2, description="Groups with fewer completions are skipped.")
+    min_pass_rate: float = Field(0.0, ge=0.0, le=1.0, description="Groups passing less often are dropped.")
+    max_pass_rate: float = Field(1.0, ge=0.0, le=1.0, description="Groups passing more often are dropped.")
+    drop_zero_variance: bool = Field(True, description="Drop groups whose rewards are all equal (all-zero advantages: no signal).")
+
+
+class PretrainConfig(BaseModel):
+    """How ``pretrain_windows`` packs the curated corpus."""
+
+    model_config = _SETTINGS
+    window: int = Field(256, ge=16, description="Tokens per packed window (the pretraining context length).")
+
+
+# dataset asset -> the settings of its builder (training_data.pipeline.BUILDERS holds the builders)
+DATASET_SETTINGS: dict[str, type[BaseModel]] = {
+    "sft_dataset": SftConfig, "preference_pairs": PreferenceConfig, "grpo_groups": GrpoConfig,
+    "pretrain_windows": PretrainConfig,
+}
