@@ -33,7 +33,8 @@ class TrainingKind:
     persona: str  # the persona that owns the tool
     summary: str  # one line for help texts and tool descriptions
     spec: str | None  # the TrainConfig field holding this kind's own options (TrainConfig.dpo, ...), if any
-    adapter: bool  # trained as a LoRA adapter on its upstream by default (merge candidates)
+    adapter: bool  # trained as a LoRA adapter on its upstream by default
+    merged: bool = False  # one of the adapters TIES-merged into merged_adapter (the merge waits for its gate)
 
 
 KINDS: dict[str, TrainingKind] = {k.name: k for k in (
@@ -45,20 +46,24 @@ KINDS: dict[str, TrainingKind] = {k.name: k for k in (
                  "supervised fine-tuning on successful traces (assistant-only loss, packed)", spec=None, adapter=False),
     TrainingKind("dpo", "preference_pairs", "dpo_checkpoint", "sft_checkpoint", "dpo:DPOTrainer", "dpo_loss",
                  "dpo_eval_report", "train_dpo", "training_engineer",
-                 "direct preference optimisation on success/failure pairs of one task", spec="dpo", adapter=True),
+                 "direct preference optimisation on success/failure pairs of one task", spec="dpo", adapter=True, merged=True),
     TrainingKind("grpo", "grpo_groups", "grpo_checkpoint", "sft_checkpoint", "grpo:GRPOTrainer", "grpo_surrogate",
                  "grpo_eval_report", "train_grpo", "training_engineer",
-                 "group relative policy optimisation with the composite task reward", spec="grpo", adapter=True),
+                 "group relative policy optimisation with the composite task reward", spec="grpo", adapter=True, merged=True),
 )}
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 CHECKPOINTS: tuple[str, ...] = tuple(k.checkpoint for k in KINDS.values())
-DATASETS: tuple[str, ...] = tuple(k.dataset for k in KINDS.values())
+DATASETS: tuple[str, ...] = tuple(dict.fromkeys(k.dataset for k in KINDS.values()))  # each once
 # the adapters TIES-merged into merged_adapter (each gated by its own report first)
-MERGED_KINDS: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.adapter)
+MERGED_KINDS: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.merged)
 
 
 def _index(attr: str) -> dict[str, TrainingKind]:
-    return {getattr(k, attr): k for k in KINDS.values()}
+    """value of ``attr`` -> the first kind with it (two kinds may share a dataset: dpo and orpo read preference pairs)."""
+    out: dict[str, TrainingKind] = {}
+    for k in KINDS.values():
+        out.setdefault(getattr(k, attr), k)
+    return out
 
 
 _BY_CHECKPOINT, _BY_DATASET, _BY_TOOL = _index("checkpoint"), _index("dataset"), _index("tool")
