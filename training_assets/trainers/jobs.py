@@ -221,7 +221,7 @@ def merge_job(root: str | os.PathLike[str] | None, sources: tuple[str, ...] = ("
     manifests = [read_manifest(root, s) for s in sources]
     not_adapters = [m.asset for m in manifests if not m.is_adapter]
     if not_adapters:
-        raise ValueError(f"{not_adapters} are full checkpoints; TIES merge needs LoRA adapters (set lora_r > 0 on them)")
+        raise ValueError(f"{not_adapters} are full checkpoints; TIES merge needs LoRA adapters (give them a `lora` config)")
     bases = {m.base_model_dir for m in manifests}
     if len(bases) != 1:
         raise ValueError(f"adapters sit on different bases {sorted(map(str, bases))}; retrain them from the same sft_checkpoint")
