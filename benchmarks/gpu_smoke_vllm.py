@@ -67,6 +67,7 @@ def _wait_ready(url: str, key: str, process: subprocess.Popen, log: Path, timeou
 
 def run_vllm_grpo(steps: int = 3, startup_timeout_s: float = 420.0) -> dict:
     from training_assets.trainers import GrpoSpec, LoraSpec, TrainConfig, get_trainer
+    from training_assets.trainers.config import VllmSpec
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -87,9 +88,9 @@ def run_vllm_grpo(steps: int = 3, startup_timeout_s: float = 420.0) -> dict:
             os.environ["GPU_SMOKE_VLLM_KEY"] = key
             config = TrainConfig(base_model=str(base), output_dir=str(root / "out"), run_name="smoke", max_steps=steps,
                                  batch_size=2, lr=1e-4, precision="bf16", lora=LoraSpec(r=8, alpha=16),
-                                 grpo=GrpoSpec(rollout="vllm", vllm_base_url=url, vllm_model="base",
-                                               vllm_api_key_env="GPU_SMOKE_VLLM_KEY", num_generations=4,
-                                               max_new_tokens=16))
+                                 grpo=GrpoSpec(rollout="vllm", num_generations=4, max_new_tokens=16,
+                                               vllm=VllmSpec(base_url=url, model="base",
+                                                             api_key_env="GPU_SMOKE_VLLM_KEY")))
             groups = [{"group_id": str(i), "prompt": json.dumps([{"role": "user", "content": f"what is {i} plus one?"}]),
                        "completions": [], "rewards": [], "advantages": [], "expected_answer": str(i + 1)}
                       for i in range(2 * steps)]

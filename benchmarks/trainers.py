@@ -6,7 +6,10 @@
 
 Same model (Qwen2, hidden 128, 4 layers, a 1k-token BPE with the project chat template), same
 examples, batch, steps, lr, fp32, assistant-only loss, no packing (TRL's default) on both sides.
-DPO: sigmoid loss, beta 0.1, reference log-probs precomputed on both sides. GRPO: 2 prompts × 4
+DPO: sigmoid loss, beta 0.1, reference log-probs precomputed on both sides. ORPO: beta (lambda) 0.1,
+no reference (TRL's ``trl.experimental.orpo.ORPOTrainer``). KTO: beta 0.1, weights 1, alternate examples
+desirable (the right answer) and undesirable (the wrong one), KL pairs from the batch, reference log-probs
+precomputed on both sides. GRPO: 2 prompts × 4
 generations per step, 16 new tokens, beta 0, DAPO aggregation, one reward function.
 
 Each side lives in its own long-lived subprocess (imports paid once, before any timing, and
@@ -32,7 +35,8 @@ bare tokens/s (run_loop collates each step inside its timing, the bare side does
 runs ``--loop-steps`` optimizer steps (default 36, ~2 s): at 12 steps (~0.6 s) the ratio of one
 round swung by ±15 % with the order of the two sides.
 
-Targets (issue 15): ours ≥ 1.5× TRL (median) for SFT, DPO and GRPO with peak RSS below TRL's;
+Targets (issue 15; ORPO from issue 24): ours ≥ 1.5× TRL (median) for SFT, DPO, ORPO and GRPO with peak RSS
+below TRL's;
 run_loop ≥ 0.95× the bare loop. The last line is ``RESULT {json}``.
 """
 
@@ -126,9 +130,11 @@ def _import_side(side: str) -> None:
     if side == "trl":
         import datasets  # noqa: F401
         from trl import DPOTrainer, GRPOTrainer, SFTTrainer  # noqa: F401
+        from trl.experimental.orpo import ORPOTrainer  # noqa: F401
+        from trl.trainer.kto_trainer import KTOTrainer  # noqa: F401
     else:
         from training_assets import launch, tracking  # noqa: F401
-        from training_assets.trainers import decoding, dpo, grpo, loop, modeling, sft  # noqa: F401
+        from training_assets.trainers import decoding, dpo, grpo, kto, loop, modeling, orpo, sft  # noqa: F401
 
 
 def _common_ours(workdir: Path, out: str, steps: int, threads: int) -> dict:
@@ -148,6 +154,17 @@ def _ours_trainer(kind: str, rows: list[dict], workdir: Path, out: str, steps: i
         trainer = get_trainer("dpo", TrainConfig(batch_size=BATCH, dpo=DpoSpec(beta=0.1), **common))
         data = [{"id": str(i), "prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
                 for i, r in enumerate(rows[:n_examples])]
+    elif kind == "orpo":
+        from training_assets.trainers.config import OrpoSpec
+
+        trainer = get_trainer("orpo", TrainConfig(batch_size=BATCH, orpo=OrpoSpec(beta=0.1), **common))
+        data = [{"id": str(i), "prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
+                for i, r in enumerate(rows[:n_examples])]
+    elif kind == "kto":
+        from training_assets.trainers.config import KtoSpec
+
+        trainer = get_trainer("kto", TrainConfig(batch_size=BATCH, kto=KtoSpec(beta=0.1), **common))
+        data = [{"id": str(i), **_kto_row(i, r)} for i, r in enumerate(rows[:n_examples])]
     else:
         grpo = GrpoSpec(num_generations=4, max_new_tokens=16, kl_beta=0.0, loss_type="dapo", temperature=1.0)
         trainer = get_trainer("grpo", TrainConfig(batch_size=2, grpo=grpo, **common), reward_fn=_reward)
@@ -172,6 +189,12 @@ def run_once(side: str, kind: str, workdir: Path, steps: int, threads: int) -> d
         losses = _run_trl(kind, rows, workdir, out, steps)
     return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "losses": losses[:3],
             "peak_rss_mb": _peak_rss_mb(), "load_1m": os.getloadavg()[0]}
+
+
+def _kto_row(i: int, row: dict) -> dict:
+    """KTO's unpaired example of row ``i``: even rows the right answer (desirable), odd rows the wrong one."""
+    desirable = i % 2 == 0
+    return {"prompt": row["prompt"], "completion": row["chosen" if desirable else "rejected"], "label": desirable}
 
 
 def _run_trl(kind: str, rows: list[dict], workdir: Path, out: str, steps: int) -> list[float]:
@@ -199,6 +222,22 @@ def _run_trl(kind: str, rows: list[dict], workdir: Path, out: str, steps: int) -
         data = Dataset.from_list([{"prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
                                   for r in rows[:n_examples]])
         trainer = DPOTrainer(model=model, ref_model=None, args=args, processing_class=tok, train_dataset=data)
+    elif kind == "orpo":
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+        args = ORPOConfig(per_device_train_batch_size=BATCH, max_length=256, beta=0.1, activation_checkpointing=False,
+                          **common)
+        data = Dataset.from_list([{"prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
+                                  for r in rows[:n_examples]])
+        trainer = ORPOTrainer(model=model, args=args, processing_class=tok, train_dataset=data)
+    elif kind == "kto":
+        from trl.trainer.kto_config import KTOConfig
+        from trl.trainer.kto_trainer import KTOTrainer
+
+        args = KTOConfig(per_device_train_batch_size=BATCH, max_length=256, beta=0.1, precompute_ref_log_probs=True,
+                         activation_checkpointing=False, **common)
+        data = Dataset.from_list([_kto_row(i, r) for i, r in enumerate(rows[:n_examples])])
+        trainer = KTOTrainer(model=model, ref_model=None, args=args, processing_class=tok, train_dataset=data)
     else:
         from trl import GRPOConfig, GRPOTrainer
 
@@ -220,7 +259,7 @@ def bare_loop(trainer, rows: list[dict], model, steps: int) -> dict:
 
     config = trainer.config
     schedule = DataSchedule(len(rows), config.batch_size, config.seed)
-    batches = [trainer.collate([rows[i] for i in schedule.indices(p)], model) for p in range(steps)]
+    batches = [trainer.micro_batch([rows[i] for i in schedule.indices(p)], model) for p in range(steps)]
     c0 = time.process_time()  # CPU from here: run_loop's CPU time includes building its optimizer too
     torch.manual_seed(config.seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -267,7 +306,7 @@ def loop_vs_bare(kind: str, workdir: Path, steps: int, threads: int, order: list
             out["bare"] = bare_loop(trainer, rows, model, steps)
         else:
             c0 = time.process_time()
-            res = run_loop(model, len(rows), lambda idx, m: trainer.collate([rows[i] for i in idx], m), trainer.loss,
+            res = run_loop(model, len(rows), lambda idx, m: trainer.micro_batch([rows[i] for i in idx], m), trainer.loss,
                            trainer.config, planned_steps=steps)
             out["run_loop"] = {"wall_s": res.wall_s, "cpu_s": time.process_time() - c0, "tokens": res.tokens,
                                "tokens_per_s": res.tokens_per_s, "losses": list(res.losses)}
@@ -325,7 +364,7 @@ class Worker:
 
 
 def _tokens(workdir: Path, kind: str, steps: int) -> int:
-    """Tokens a run processes (same on both sides): SFT/DPO from the examples, GRPO prompt + max completion."""
+    """Tokens a run processes (same on both sides): SFT/DPO/ORPO from the examples, GRPO prompt + max completion."""
     tok = _tokenizer(workdir)
     rows = json.loads((workdir / "data.json").read_text())
 
@@ -334,8 +373,10 @@ def _tokens(workdir: Path, kind: str, steps: int) -> int:
 
     if kind == "sft":
         return sum(n(r["messages"]) for r in rows[: steps * BATCH])
-    if kind == "dpo":
+    if kind in ("dpo", "orpo"):
         return sum(n(r["prompt"] + r[side]) for r in rows[: steps * BATCH] for side in ("chosen", "rejected"))
+    if kind == "kto":  # each example once (its KL pair is forwarded too, on both sides alike)
+        return sum(n(r["prompt"] + _kto_row(i, r)["completion"]) for i, r in enumerate(rows[: steps * BATCH]))
     return sum(4 * (n(r["prompt"], add_generation_prompt=True) + 16) for r in rows[: steps * 2])
 
 
@@ -391,7 +432,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds per trainer on each side, before the timed ones")
-    parser.add_argument("--kinds", default="sft,dpo,grpo")
+    parser.add_argument("--kinds", default="sft,dpo,orpo,grpo")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per side (0 = torch default)")
     parser.add_argument("--no-bare", action="store_true", help="skip the run_loop vs bare loop comparison")
     parser.add_argument("--loop-steps", type=int, default=36,

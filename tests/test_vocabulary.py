@@ -81,3 +81,78 @@ def test_a_checkpoint_config_field_carries_the_library_help_and_default_unless_t
                 assert LoraSpec(**default) == LoraSpec(**expected), kind.name
                 continue
             assert default == expected, (kind.name, name)
+
+
+def _as_config(value):
+    """A default as Dagster's config holds it (tuples are lists there)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _dagster_fields(config_class) -> dict:
+    return {name: (info.get_default(call_default_factory=True), info.description)
+            for name, info in config_class.model_fields.items()}
+
+
+def _expected(model, names=None, defaults=None) -> dict:
+    """field -> (default, help) of a library settings model, ``defaults`` being a layer's documented changes."""
+    return {name: (_as_config((defaults or {}).get(name, info.get_default(call_default_factory=True))),
+                   info.description)
+            for name, info in model.model_fields.items() if names is None or name in names}
+
+
+def _cli_options(module: str, verb: str) -> dict:
+    """option field -> help of a verb's options derived from a settings model (``opt__<field>``)."""
+    sub = build_parser([module])._subparsers._group_actions[0].choices[verb]
+    return {a.dest.removeprefix("opt__"): a.help for a in sub._actions if a.dest.startswith("opt__")}
+
+
+def _assert_cli_derives(options: dict, *models) -> None:
+    expected = {name: info.description for model in models for name, info in model.model_fields.items()}
+    assert set(options) == set(expected)
+    for name, help_text in options.items():
+        assert help_text.startswith(expected[name]), name
+
+
+def test_a_curation_setting_has_one_default_and_one_help_in_dagster_and_the_cli():
+    from training_assets import data_engine
+    from training_assets.commands import corpus as corpus_verbs
+    from training_assets.data_engine.corpus import HeldOutConfig
+    from training_assets.defs.corpus.assets import CURATION_FIELDS, CuratedCorpusConfig, HeldOutSetsConfig
+
+    fields = _dagster_fields(CuratedCorpusConfig)
+    assert {k: fields[k] for k in data_engine.QualityConfig.model_fields} == _expected(data_engine.QualityConfig)
+    assert {k: fields[k] for k in CURATION_FIELDS} == _expected(data_engine.CurationConfig, CURATION_FIELDS)
+    assert _dagster_fields(HeldOutSetsConfig) == _expected(HeldOutConfig)
+    _assert_cli_derives(_cli_options("corpus", "curate"), data_engine.QualityConfig, corpus_verbs.CURATE_FIELDS)
+    _assert_cli_derives(_cli_options("corpus", "dedup"), corpus_verbs.DEDUP_FIELDS)
+    _assert_cli_derives(_cli_options("corpus", "decontaminate"), corpus_verbs.DECONTAM_FIELDS)
+    assert set(corpus_verbs.CURATE_FIELDS.model_fields) == set(CURATION_FIELDS) - {"extra_sources"}  # --extra FILES
+
+
+def test_an_eval_setting_has_one_default_and_one_help_in_dagster_and_the_cli_but_the_demos_changes():
+    from training_assets import evaluation
+    from training_assets.defs.evaluation import assets
+    from training_assets.evaluation.settings import RUN_FIELDS
+
+    variants = [(assets.EvalReportConfig, assets.DEMO_RUN, assets.DEMO_GATE),
+                (assets.AlignedEvalConfig, assets.ALIGNED_RUN, assets.ALIGNED_GATE),
+                (assets.PromotionEvalConfig, assets.DEMO_RUN, assets.DEMO_GATE)]
+    for config_class, run, gate in variants:
+        fields = _dagster_fields(config_class)
+        assert {k: fields[k] for k in RUN_FIELDS} == _expected(evaluation.EvalSettings, RUN_FIELDS, run)
+        assert ({k: fields[k] for k in evaluation.GateThresholds.model_fields}
+                == _expected(evaluation.GateThresholds, defaults=gate)), config_class.__name__
+        assert set(fields) - set(RUN_FIELDS) - set(evaluation.GateThresholds.model_fields) <= {
+            "cases_path", "role", "model_name"}
+    from training_assets.commands.evaluation import EVAL_RUN_FIELDS
+
+    _assert_cli_derives(_cli_options("evaluation", "evaluate"), EVAL_RUN_FIELDS, evaluation.GateThresholds)
+    assert set(EVAL_RUN_FIELDS.model_fields) == set(RUN_FIELDS)
+
+
+def test_a_tokenizer_setting_has_one_default_and_one_help_in_dagster_and_the_cli():
+    from training_assets.defs.tokenizer.assets import TokenizerAssetConfig
+    from training_assets.tokenizer_trainer import TokenizerConfig
+
+    assert _dagster_fields(TokenizerAssetConfig) == _expected(TokenizerConfig)
+    _assert_cli_derives(_cli_options("datasets", "train-tokenizer"), TokenizerConfig)

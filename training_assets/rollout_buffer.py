@@ -1,13 +1,13 @@
 """Rollout staging for GRPO: prompt → generations (token ids + log-probs) → rewards → training rows.
 
-``RolloutBuffer`` collects completions per prompt from any generator (local ``model.generate``
-or ``VLLMRolloutClient``), scores them with a reward function of the reward engine's shape
+``RolloutBuffer`` collects completions per prompt from any sampler (``trainers.rollouts``: the
+policy's own decoders or ``VllmRolloutClient``), scores them with a reward function of the reward engine's shape
 ``(completions, **columns) -> list[float]``, computes group-relative advantages, and hands the
 loop one row per generation (``rows``). A group may also hold logged attempts next to the
 policy's samples (GRPO ``rollout="mixed"``): they arrive with their stored reward and
 assistant-token mask, and the advantages cover the whole group.
 
-``VLLMRolloutClient`` talks to a running vLLM OpenAI-compatible server (through
+``VllmRolloutClient`` talks to a running vLLM OpenAI-compatible server (through
 ``vllm_client.VllmClient``: API key, allow-list, retries): ``POST /v1/completions``
 with ``n`` samples, ``logprobs=0`` and ``return_tokens_as_token_ids`` so each sampled token comes
 back as ``token_id:<id>`` with its log-prob; ``model`` may name a LoRA adapter loaded at runtime.
@@ -21,6 +21,8 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from training_assets.vllm_client import VllmClient
 
 
 @dataclass
@@ -87,7 +89,7 @@ class RolloutBuffer:
         return sum(rewards) / len(rewards) if rewards else float("nan")
 
 
-class VLLMRolloutClient:
+class VllmRolloutClient:
     """Sample completions with log-probs of ``model`` (the base model or a loaded LoRA) from a vLLM server.
 
     The HTTP side (API key, allow-list, retries) is ``vllm_client.VllmClient``; pass one as ``client``
@@ -96,8 +98,6 @@ class VLLMRolloutClient:
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 120.0, retry: Any = None,
                  api_key_env: str = "VLLM_API_KEY", client: Any = None) -> None:
-        from training_assets.vllm_client import VllmClient
-
         self.client = client or VllmClient(base_url, api_key_env=api_key_env, retry=retry, timeout_s=timeout_s)
         self.base_url, self.model = self.client.base_url, model
 

@@ -12,9 +12,10 @@ builders' settings live here; the trainers' (``TrainConfig`` and its nested spec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 # composite GRPO reward: weight per component (training_data.rewards scores each)
 DEFAULT_REWARD_WEIGHTS: dict[str, float] = {"success": 1.0, "answer": 0.5, "tool_json": 0.2, "efficiency": 0.1, "length": 0.1}
@@ -57,8 +58,24 @@ class PretrainConfig(BaseModel):
     window: int = Field(256, ge=16, description="Tokens per packed window (the pretraining context length).")
 
 
+class KtoConfig(BaseModel):
+    """How ``unpaired_preferences`` labels each kept trace for KTO."""
+
+    model_config = _SETTINGS
+    max_per_task: int = Field(8, ge=1, description=(
+        "At most this many traces per task, successes first (caps how much one task weighs)."))
+
+
 # dataset asset -> the settings of its builder (training_data.pipeline.BUILDERS holds the builders)
 DATASET_SETTINGS: dict[str, type[BaseModel]] = {
     "sft_dataset": SftConfig, "preference_pairs": PreferenceConfig, "grpo_groups": GrpoConfig,
     "pretrain_windows": PretrainConfig,
+    "unpaired_preferences": KtoConfig,
 }
+
+
+def fields_model(model: type[BaseModel], names: Sequence[str]) -> type[BaseModel]:
+    """``model`` cut to the fields ``names`` (their types, defaults, help and bounds unchanged): what a layer
+    offers when it lets users set only these, e.g. ``add_model_options(p, fields_model(CurationConfig, ["engine"]))``."""
+    return create_model(model.__name__, __config__=_SETTINGS,
+                        **{name: (model.model_fields[name].annotation, model.model_fields[name]) for name in names})

@@ -29,9 +29,11 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from training_assets import paths
 from training_assets.storage import atomic_dir, sha256_tree, write_json_atomic
@@ -101,23 +103,31 @@ HARD_TEXTS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class TokenizerConfig:
-    """Settings of one tokenizer training run (the library form of the asset's config)."""
+class TokenizerConfig(BaseModel):
+    """Settings of one tokenizer training run: their one declaration (default and help per field); the
+    ``tokenizer`` asset's run config and the ``train-tokenizer`` options derive from it."""
 
-    vocab_size: int = 2048  # small on purpose: the demo trains tiny models on CPU
-    min_frequency: int = 2  # a pair seen fewer times is never merged
-    max_chars: int = 50_000_000  # training text is cut after this many characters (memory bound)
-    held_back_fraction: float = 0.05  # share of corpus rows kept out of training for the round-trip check
-    seed: int = 0  # picks the held-back rows
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    vocab_size: int = Field(2048, description=(
+        "Vocabulary size (bytes + special tokens + merges), at least 512. Small for the CPU demo."))
+    min_frequency: int = Field(2, ge=1, description="A symbol pair seen fewer times is never merged.")
+    max_chars: int = Field(50_000_000, ge=1, description="Training text is cut after this many characters (memory bound).")
+    held_back_fraction: float = Field(0.05, ge=0.0, lt=1.0, description=(
+        "Share of corpus rows kept out of training for the round-trip check."))
+    seed: int = Field(0, description="Picks the held-back rows.")
 
-    def __post_init__(self) -> None:
+    def __init__(self, *args: Any, **values: Any) -> None:
+        # positional, in field order, as the dataclass this model replaces took them: TokenizerConfig(4096)
+        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **values)
+
+    @field_validator("vocab_size")
+    @classmethod
+    def _above_the_fixed_symbols(cls, vocab_size: int) -> int:
         floor = 256 + len(SPECIAL_TOKENS)
-        if self.vocab_size <= floor:
-            raise ValueError(f"vocab_size {self.vocab_size} must exceed {floor} (256 byte symbols + "
+        if vocab_size <= floor:
+            raise ValueError(f"vocab_size {vocab_size} must exceed {floor} (256 byte symbols + "
                              f"{len(SPECIAL_TOKENS)} special tokens); use at least 512")
-        if not 0.0 <= self.held_back_fraction < 1.0:
-            raise ValueError(f"held_back_fraction {self.held_back_fraction} must be in [0, 1)")
+        return vocab_size
 
 
 def _texts_up_to(texts: Iterable[str], max_chars: int) -> Iterable[str]:
@@ -294,7 +304,7 @@ class TokenizerReport:
 
 def tokenizer_key(corpus_version: str, config: TokenizerConfig) -> dict[str, Any]:
     """What a trained tokenizer depends on: (corpus version, config, tokenizer code version)."""
-    return {"corpus_version": corpus_version, "config": asdict(config), "code_version": TOKENIZER_VERSION}
+    return {"corpus_version": corpus_version, "config": config.model_dump(), "code_version": TOKENIZER_VERSION}
 
 
 def _reusable(output_dir: Path, key: dict[str, Any]) -> bool:

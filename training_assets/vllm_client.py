@@ -110,7 +110,7 @@ class VllmClient:
             if status not in RETRY_STATUSES:
                 raise VllmError(f"vLLM {method} {url} {last}", status=status)
         raise VllmError(f"vLLM {method} {url} failed after {self.retry.max_attempts} attempt(s); last: {last}. "
-                        "Check the server (or raise vllm_max_attempts), or use rollout='local'", status=status)
+                        "Check the server (or raise grpo.vllm.max_attempts), or use rollout='local'", status=status)
 
     def request_json(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """``request`` for an endpoint that answers a JSON object; anything else names the URL."""

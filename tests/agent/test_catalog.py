@@ -15,7 +15,8 @@ from training_assets.agent.tools import TOOLS
 # issue 11: the seed's tools and the platform's own, exactly these names
 ISSUE_TOOLS = {
     "curate_corpus", "dedup_corpus", "decontaminate_corpus", "dataset_lineage", "train_tokenizer",
-    "build_training_dataset", "compose_reward", "pretrain_model", "train_sft", "train_dpo", "train_grpo",
+    "build_training_dataset", "compose_reward", "pretrain_model", "train_sft", "train_dpo", "train_grpo", "train_kto",
+    "train_orpo",
     "merge_adapters_ties", "execute_workflow", "evaluate_checkpoint", "register_model", "registry_list",
     "pick_for_role", "rollback_role", "list_assets", "get_run", "cancel_run",
 }

@@ -5,7 +5,7 @@ import json
 import dagster as dg
 import pytest
 
-from training_assets.defs.evaluation.assets import merged_eval_report, sft_eval_report
+from training_assets.defs.evaluation.assets import kind_eval_reports, merged_eval_report
 from training_assets.defs.registry.assets import registry_entry
 from training_assets.defs.registry.resources import VllmDeployment
 from training_assets.defs.resources import DataRoot, MlflowTracking
@@ -15,6 +15,8 @@ from training_assets.checkpoint_manifest import read_manifest, write_asset_manif
 from training_assets.lineage import Lineage
 from training_assets.registry import ModelRegistry, register_checkpoint
 
+REPORTS = {a.key.to_user_string(): a for a in kind_eval_reports}
+sft_eval_report = REPORTS["sft_eval_report"]
 FAST = {"benchmark_tasks": [], "max_bpb_vs_uniform": None, "max_new_tokens": 4}
 
 
@@ -99,7 +101,7 @@ def test_registry_entry_refuses_a_report_about_another_checkpoint(upstream, trac
 
 def test_a_failed_align_gate_blocks_the_merge(upstream, tracking_uri):
     """Issue 11: merged_adapter depends on the DPO and GRPO eval reports, so their blocking gates stop it."""
-    from training_assets.defs.evaluation.assets import dpo_eval_report, grpo_eval_report
+    dpo_eval_report, grpo_eval_report = REPORTS["dpo_eval_report"], REPORTS["grpo_eval_report"]
     from training_assets.defs.training.assets import merged_adapter
 
     before = read_manifest(upstream, "merged_adapter")

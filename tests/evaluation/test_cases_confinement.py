@@ -3,8 +3,10 @@ folders) it is refused before the checkpoint is even read."""
 
 import dagster as dg
 
-from training_assets.defs.evaluation.assets import sft_eval_report
+from training_assets.defs.evaluation.assets import kind_eval_reports
 from training_assets.defs.resources import DataRoot, MlflowTracking
+
+[sft_eval_report] = [a for a in kind_eval_reports if a.key.to_user_string() == "sft_eval_report"]
 
 
 def test_a_cases_file_outside_the_data_root_is_refused(data_root, monkeypatch):

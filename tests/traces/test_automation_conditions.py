@@ -10,13 +10,14 @@ import dagster as dg
 import pytest
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
+from training_assets import kinds
 from training_assets.defs import automation
 from training_assets.definitions import defs
 
 GRAPH = defs.resolve_asset_graph()
-CORPUS_CHAIN = {"curated_corpus", "selected_traces", "sft_dataset", "preference_pairs", "grpo_groups", "pretrain_windows"}
-TRAINING = {"base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "merged_adapter"}
-EVALS = {"sft_eval_report", "dpo_eval_report", "grpo_eval_report", "merged_eval_report"}
+CORPUS_CHAIN = {"curated_corpus", "selected_traces", *kinds.DATASETS}
+TRAINING = {*kinds.CHECKPOINTS, "merged_adapter"}
+EVALS = {*(k.gate for k in kinds.KINDS.values() if k.gate), "merged_eval_report"}
 
 
 class Ticks:

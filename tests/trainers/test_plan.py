@@ -57,7 +57,7 @@ def test_config_round_trip_and_errors():
         TrainConfig.from_dict({"dpo": {"loss_type": "sigmiod"}})
     with pytest.raises(ValueError, match="unknown field 'beta'"):  # DPO options are nested now
         TrainConfig.from_dict({"beta": 0.1})
-    with pytest.raises(ValueError, match="vllm_base_url"):
+    with pytest.raises(ValueError, match="vllm.base_url"):
         GrpoSpec(rollout="vllm")
     with pytest.raises(ValueError, match="constant_with_warmup"):
         TrainConfig(warmup_steps=10)

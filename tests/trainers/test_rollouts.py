@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
+from training_assets.rollout_buffer import Generation, RolloutBuffer, VllmRolloutClient
 from training_assets.vllm_client import RetryPolicy, VllmError
 
 
@@ -38,7 +38,7 @@ def server():
 
 
 def test_vllm_client_returns_token_ids_and_logprobs(server):
-    client = VLLMRolloutClient(f"http://127.0.0.1:{server.server_port}", model="dpo-adapter")
+    client = VllmRolloutClient(f"http://127.0.0.1:{server.server_port}", model="dpo-adapter")
     gens = client.generate([1, 4, 97], n=3, max_tokens=8, temperature=0.7)
     assert [g.token_ids for g in gens] == [[10, 2], [11, 2], [12, 2]]
     assert gens[1].logprobs == [-1.5, -0.1]
@@ -48,7 +48,7 @@ def test_vllm_client_returns_token_ids_and_logprobs(server):
 
 
 def test_unreachable_vllm_is_a_clear_error():
-    client = VLLMRolloutClient("http://127.0.0.1:9", model="m", timeout_s=2, retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
+    client = VllmRolloutClient("http://127.0.0.1:9", model="m", timeout_s=2, retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
     with pytest.raises(VllmError, match=r"http://127.0.0.1:9/v1/completions failed after 2 attempt\(s\); last: unreachable"):
         client.generate([1], n=1, max_tokens=1, temperature=1.0)
 
@@ -231,20 +231,20 @@ def test_lean_decoder_samples_what_the_transformers_sampler_samples(model_type, 
 def test_lean_decoder_says_what_it_does_not_cover():
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from training_assets.trainers import grpo
+    from training_assets.trainers import rollouts
     from training_assets.trainers.decoding import LeanDecoder, unsupported
 
     gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", n_layer=1, n_embd=16, n_head=2, vocab_size=64))
     assert unsupported(gpt2) == "GPT2LMHeadModel is not one of ('LlamaForCausalLM', 'Qwen2ForCausalLM', 'MistralForCausalLM')"
     with pytest.raises(ValueError, match="decode with transformers instead"):
         LeanDecoder(gpt2)
-    assert grpo.choose_sampler(gpt2, "lean")["sampler"] == "transformers"
+    assert rollouts.choose_sampler(gpt2, "lean")["sampler"] == "transformers"
     from peft import LoraConfig, get_peft_model
 
     dora = get_peft_model(_tiny("qwen2"), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
     assert "LoRA variant (DoRA or similar)" in unsupported(dora)
     model = _tiny("qwen2")
-    assert grpo.choose_sampler(model, "lean") == {"sampler": "lean", "reason": "GrpoSpec.sampler='lean'"}
-    assert grpo.choose_sampler(model, "transformers")["sampler"] == "transformers"
+    assert rollouts.choose_sampler(model, "lean") == {"sampler": "lean", "reason": "GrpoSpec.sampler='lean'"}
+    assert rollouts.choose_sampler(model, "transformers")["sampler"] == "transformers"
     model.generation_config.repetition_penalty = 1.1
-    assert grpo.choose_sampler(model, "lean")["sampler"] == "generate"
+    assert rollouts.choose_sampler(model, "lean")["sampler"] == "generate"

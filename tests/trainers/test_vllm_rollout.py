@@ -8,6 +8,7 @@ import pytest
 
 from training_assets.deploy import DeploymentError
 from training_assets.trainers import GrpoSpec, LoraSpec, TrainConfig, get_trainer
+from training_assets.trainers.config import VllmSpec
 from training_assets.vllm_client import RetryPolicy, VllmClient, VllmError
 
 KEY_ENV = "TEST_VLLM_KEY"
@@ -23,8 +24,8 @@ def server(fake_vllm_lib, tokenizer, tmp_path, monkeypatch):
 
 
 def vllm_config(tmp_path, url, **grpo):
-    spec = {"rollout": "vllm", "vllm_base_url": url, "vllm_model": "base", "vllm_api_key_env": KEY_ENV,
-            "num_generations": 2, "max_new_tokens": 4, "vllm_backoff_s": 0.01, "vllm_max_backoff_s": 0.02, **grpo}
+    vllm = VllmSpec(base_url=url, model="base", api_key_env=KEY_ENV, backoff_s=0.01, max_backoff_s=0.02)
+    spec = {"rollout": "vllm", "vllm": vllm, "num_generations": 2, "max_new_tokens": 4, **grpo}
     return dict(output_dir=str(tmp_path / "out"), run_name="run", max_steps=3, batch_size=2, lr=1e-2,
                 grpo=GrpoSpec(**spec), lora=LoraSpec(r=4, alpha=8))
 
@@ -179,9 +180,9 @@ def test_backoff_doubles_up_to_the_cap_with_bounded_jitter():
 
 def test_full_fine_tune_with_vllm_rollout_is_refused_at_validation():
     with pytest.raises(ValueError, match="cannot hot-load full weights over HTTP"):
-        TrainConfig(grpo=GrpoSpec(rollout="vllm", vllm_base_url="http://127.0.0.1:8000", vllm_model="base"))
-    with pytest.raises(ValueError, match="needs vllm_model"):
-        GrpoSpec(rollout="vllm", vllm_base_url="http://127.0.0.1:8000")
+        TrainConfig(grpo=GrpoSpec(rollout="vllm", vllm=VllmSpec(base_url="http://127.0.0.1:8000", model="base")))
+    with pytest.raises(ValueError, match="needs vllm.model"):
+        GrpoSpec(rollout="vllm", vllm=VllmSpec(base_url="http://127.0.0.1:8000"))
 
 
 def test_a_server_outside_the_allow_list_gets_no_request(monkeypatch):

@@ -4,7 +4,7 @@
     config = model_from_args(pipeline.GrpoConfig, args)     # only the options given; the model's defaults otherwise
 
 Each field becomes ``--field-name``: a ``Literal`` offers its choices, a bool is
-``--name/--no-name``, a dict or list takes JSON. Options left out are not passed to the model, so
+``--name/--no-name``, a list of strings takes ``a,b`` (or JSON), a dict or other list JSON. Options left out are not passed to the model, so
 its own defaults apply; the help shows them. Values are validated by the model (one line naming
 the option on a bad value).
 """
@@ -24,6 +24,11 @@ def _dest(name: str) -> str:
     return f"opt__{name}"
 
 
+def _string_list(text: str) -> list[str]:
+    """``a,b`` or a JSON list (``[]`` for none)."""
+    return json.loads(text) if text.strip().startswith("[") else [part for part in text.split(",") if part]
+
+
 def _parser_type(annotation: Any) -> tuple[Any, list[Any] | None]:
     """(argparse type, choices) for a field's annotation (Optional[X] takes X's)."""
     origin = get_origin(annotation)
@@ -33,6 +38,8 @@ def _parser_type(annotation: Any) -> tuple[Any, list[Any] | None]:
     if origin is Literal:
         choices = list(get_args(annotation))
         return type(choices[0]), choices
+    if origin in (list, tuple) and get_args(annotation)[:1] == (str,):
+        return _string_list, None
     if origin in (dict, list, tuple) or annotation in (dict, list, tuple):
         return json.loads, None
     if annotation in (int, float, str):
@@ -52,7 +59,8 @@ def add_model_options(parser: argparse.ArgumentParser, model: type[BaseModel]) -
             continue
         kind, choices = _parser_type(info.annotation)
         parser.add_argument(flag, dest=_dest(name), type=kind, choices=choices, default=argparse.SUPPRESS,
-                            metavar=None if choices else "JSON" if kind is json.loads else name.upper(), help=help_text)
+                            metavar=None if choices else "JSON" if kind is json.loads else "A,B" if kind is _string_list
+                            else name.upper(), help=help_text)
 
 
 def model_from_args(model: type[BaseModel], args: argparse.Namespace) -> BaseModel:

@@ -21,6 +21,7 @@ from training_assets.commands import emit, fail
 from training_assets.commands._options import add_model_options, model_from_args
 from training_assets.kinds import KINDS
 from training_assets.settings import DATASET_SETTINGS
+from training_assets.tokenizer_trainer import TokenizerConfig
 
 
 def _select_traces(args: argparse.Namespace) -> int:
@@ -47,8 +48,7 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
 
     root = paths.data_root(args.root)
     try:
-        config = tokenizer_trainer.TokenizerConfig(args.vocab_size, args.min_frequency, args.max_chars,
-                                                   args.held_back_fraction, args.seed)
+        config = model_from_args(TokenizerConfig, args)
         rows = data_engine.load_curated_corpus(root).select(["id", "text"]).to_pylist()
         version, folder = data_engine.corpus_version(root), tokenizer_trainer.tokenizer_dir(root)
         if not args.execute:
@@ -113,11 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-tokenizer", help="plan (default) or train the byte-level BPE tokenizer on the corpus")
     p.add_argument("--execute", action="store_true", help="train (without it only the plan is printed)")
     p.add_argument("--root", default=None, help="data root (default $TRAINING_ASSETS_DATA or ./data)")
-    p.add_argument("--vocab-size", type=int, default=2048, help="vocabulary size (>= 512)")
-    p.add_argument("--min-frequency", type=int, default=2, help="pairs seen fewer times are never merged")
-    p.add_argument("--max-chars", type=int, default=50_000_000, help="training text is cut after this many characters")
-    p.add_argument("--held-back-fraction", type=float, default=0.05, help="share of rows kept out for the round-trip check")
-    p.add_argument("--seed", type=int, default=0, help="picks the held-back rows")
+    add_model_options(p, TokenizerConfig)  # --vocab-size, --min-frequency, ...: the asset's config fields
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=_train_tokenizer)
 

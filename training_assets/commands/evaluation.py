@@ -3,6 +3,8 @@
     training-assets evaluate merged_adapter                      # asset key under the data root, or a path
     training-assets evaluate runs/sft/final --cases my_cases.jsonl --no-benchmarks --json
     training-assets evaluate merged_adapter --device cuda:0 --dtype bfloat16 --batch-size 64   # auto: GPU + bf16 if any
+    training-assets evaluate merged_adapter --benchmark-limit 30 --min-pass-rate 0.8 \\
+        --min-category-pass-rate '{"safety": 1.0}'               # settings: evaluation.EvalSettings
     training-assets register merged_adapter --role generator --served-model-name agent \\
         --eval-report data/merged_eval_report                    # refuses when that report's gate failed
     training-assets registry list
@@ -11,6 +13,10 @@
 
 The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else the SQLite store
 under the data root (``--root``, default ``$TRAINING_ASSETS_DATA``), as in the Dagster assets.
+
+``evaluate``'s setting options derive from ``evaluation.EvalSettings`` and ``GateThresholds``
+(``commands._options``): the eval report assets' run config fields, with the same names, help and
+library defaults.
 """
 
 from __future__ import annotations
@@ -21,6 +27,11 @@ from typing import Any
 
 from training_assets import paths
 from training_assets.commands import emit, fail
+from training_assets.commands._options import add_model_options, model_from_args
+from training_assets.evaluation.settings import RUN_FIELDS, EvalSettings, GateThresholds
+from training_assets.settings import fields_model
+
+EVAL_RUN_FIELDS = fields_model(EvalSettings, RUN_FIELDS)
 
 
 def _checkpoint(arg: str, root: str | None) -> tuple[Path, str | None]:
@@ -46,17 +57,19 @@ def _evaluate(args: argparse.Namespace) -> int:
     from training_assets import evaluation
 
     try:
+        run = model_from_args(EVAL_RUN_FIELDS, args).model_dump()
+        if args.no_benchmarks:
+            run["benchmark_tasks"] = ()
+        settings = EvalSettings(gate=model_from_args(GateThresholds, args), **run)
         folder, _ = _checkpoint(args.checkpoint, args.root)
         cases = evaluation.load_cases(args.cases)
-        evaluation.resolve_device(args.device, args.dtype)  # a bad --device fails before the model loads
+        evaluation.resolve_device(settings.device, settings.dtype)  # a bad --device fails before the model loads
     except (FileNotFoundError, ValueError) as exc:
         return fail(str(exc))
-    tasks = [] if args.no_benchmarks else [t for t in args.benchmarks.split(",") if t]
-    thresholds = evaluation.GateThresholds(min_pass_rate=args.min_pass_rate, max_bits_per_byte=args.max_bits_per_byte,
-                                           max_bpb_vs_uniform=args.max_bpb_vs_uniform)
-    payload = evaluation.run_eval_report(folder, cases, thresholds, benchmark_tasks=tasks,
-                                         benchmark_limit=args.limit or None, max_new_tokens=args.max_new_tokens,
-                                         device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    payload = evaluation.run_eval_report(folder, cases, settings.gate, benchmark_tasks=settings.benchmark_tasks,
+                                         benchmark_limit=settings.benchmark_limit or None,
+                                         max_new_tokens=settings.max_new_tokens, device=settings.device,
+                                         dtype=settings.dtype, batch_size=settings.batch_size)
     if args.out:
         evaluation.write_eval_report(args.out, payload)
     lines = [f"{folder}: pass rate {payload['metrics']['pass_rate']:.3f} over {payload['summary']['n_cases']} cases"]
@@ -145,23 +158,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from training_assets.evaluation import DEFAULT_BENCHMARKS, DEFAULT_CASES
+    from training_assets.evaluation import DEFAULT_CASES
 
     p = subparsers.add_parser("evaluate", help="reliability suite (+ lm-eval offline) on a checkpoint; exit 1 if the gate fails")
     p.add_argument("checkpoint", help="checkpoint asset key (e.g. merged_adapter) or folder (manifest, HF or PEFT dir)")
     p.add_argument("--cases", default=str(DEFAULT_CASES), help="eval cases JSONL (default: the shipped suite)")
-    p.add_argument("--benchmarks", default=",".join(DEFAULT_BENCHMARKS), help="comma-separated lm-eval tasks")
-    p.add_argument("--no-benchmarks", action="store_true", help="skip lm-eval")
-    p.add_argument("--limit", type=int, default=0, help="examples per lm-eval task (0 = all)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="greedy tokens per case")
-    p.add_argument("--device", default="auto", help='auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N')
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="weights dtype; auto: bfloat16 on a GPU, float32 on the CPU")
-    p.add_argument("--batch-size", type=int, default=32, help="cases per left-padded generate call (and lm-eval batch)")
-    p.add_argument("--min-pass-rate", type=float, default=0.0, help="gate: overall pass rate")
-    p.add_argument("--max-bits-per-byte", type=float, default=None, help="gate: perplexity task bits per byte")
-    p.add_argument("--max-bpb-vs-uniform", type=float, default=None,
-                   help="gate: perplexity bits/byte over a uniform guess's (1.0 = chance)")
+    p.add_argument("--no-benchmarks", action="store_true", help="skip lm-eval (as --benchmark-tasks '[]')")
+    add_model_options(p, EVAL_RUN_FIELDS)
+    add_model_options(p, GateThresholds)
     p.add_argument("--out", default=None, help="folder to write report.json into")
     _common(p)
     p.set_defaults(handler=_evaluate)

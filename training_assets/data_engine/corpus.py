@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
 
 from training_assets import ingest, paths
 from training_assets.data_engine.decontam import DEFAULT_MIN_NGRAM, DEFAULT_NGRAM, HeldOutExample, load_held_out
@@ -59,39 +60,53 @@ DECISION_SCHEMA = pa.schema([
 ])
 
 
-ENGINES = ("local", "ray")
+Engine = Literal["local", "ray"]
+ENGINES = get_args(Engine)
 RUN_ONLY_FIELDS = ("engine", "ray_address", "ray_shard_docs", "ray_partitions")
 
 
-@dataclass(frozen=True)
-class CurationConfig:
-    quality: QualityConfig = field(default_factory=QualityConfig)
-    dedup: DedupParams = field(default_factory=DedupParams)
-    decontam_ngram: int = DEFAULT_NGRAM
-    decontam_min_ngram: int = DEFAULT_MIN_NGRAM
-    extra_sources: tuple[str, ...] = ()  # .jsonl / .txt / .parquet files curated with the traces
-    # Where it runs, not what it gives (left out of the DatasetVersion: both engines give one answer).
-    engine: Literal["local", "ray"] = "local"  # "ray": the sharded pipeline of ray_engine.py on a cluster
-    ray_address: str | None = None  # the cluster's address; None: $RAY_ADDRESS (or this process's ray.init)
-    ray_shard_docs: int = 100_000  # records per input shard (one map task each)
-    ray_partitions: int | None = None  # shuffle partitions (reduce tasks per stage); None: 2 x cluster CPUs
+class CurationConfig(BaseModel):
+    """What a curation is asked: the one declaration of its settings (default and help per field); the
+    ``curated_corpus`` run config and the ``curate`` / ``dedup`` / ``decontaminate`` options derive from it."""
 
-    def __post_init__(self) -> None:
-        if self.decontam_ngram < 1 or self.decontam_min_ngram < 1:
-            raise ValueError(f"decontam_ngram ({self.decontam_ngram}) and decontam_min_ngram "
-                             f"({self.decontam_min_ngram}) must be >= 1 (words per n-gram)")
-        if self.engine not in ENGINES:
-            raise ValueError(f"curation engine {self.engine!r} is not one of {ENGINES}")
-        if self.ray_shard_docs < 1 or (self.ray_partitions is not None and self.ray_partitions < 1):
-            raise ValueError(f"ray_shard_docs ({self.ray_shard_docs}) and ray_partitions ({self.ray_partitions}) "
-                             "must be >= 1")
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    quality: QualityConfig = Field(default_factory=QualityConfig, description="Thresholds of the quality filters.")
+    dedup: DedupParams = Field(default_factory=DedupParams, description=(
+        "Near-duplicate method, threshold and MinHash shingling (data_engine.dedup.DedupParams)."))
+    decontam_ngram: int = Field(DEFAULT_NGRAM, ge=1, description="n of the held-out n-gram index (13 prose, 8-10 code).")
+    decontam_min_ngram: int = Field(DEFAULT_MIN_NGRAM, ge=1, description=(
+        "Held-out examples with fewer words are not indexed (too generic to mean a leak)."))
+    extra_sources: tuple[str, ...] = Field((), description=(
+        ".jsonl/.txt/.parquet files curated with the traces, under the data root or a folder of "
+        "$TRAINING_ASSETS_SOURCE_DIRS."))
+    # Where it runs, not what it gives (left out of the DatasetVersion: both engines give one answer).
+    engine: Engine = Field("local", description=(
+        "Where curation runs: 'local' (this process) or 'ray' (the sharded pipeline on a Ray cluster; same "
+        "answer). Needs pip install -e '.[scale]'."))
+    ray_address: str | None = Field(None, description=(
+        "Ray cluster address (host:6379 or ray://host:10001) on loopback, the $RAY_ADDRESS host or a host of "
+        "$TRAINING_ASSETS_RAY_HOSTS; empty: $RAY_ADDRESS (or this process's ray.init)."))
+    ray_shard_docs: int = Field(100_000, ge=1, description="engine='ray': records per input shard (one map task).")
+    ray_partitions: int | None = Field(None, ge=1, description=(
+        "engine='ray': shuffle partitions (reduce tasks per stage); empty: 2 x the cluster's CPUs."))
 
     def to_dict(self) -> dict[str, Any]:
         """What the corpus depends on (the DatasetVersion's config): the engine settings left out."""
-        return {k: v for k, v in asdict(self).items() if k not in RUN_ONLY_FIELDS}
+        return self.model_dump(exclude=set(RUN_ONLY_FIELDS))
 
 
 # --------------------------------------------------------------------------- held-out sets
+
+
+class HeldOutConfig(BaseModel):
+    """Which held-out files the ``held_out_sets`` asset indexes (its run config derives from this)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    paths: tuple[str, ...] = Field((), description=(
+        "Held-out JSONL files or globs (rows need 'id' and the text fields), under the data root or a folder of "
+        "$TRAINING_ASSETS_SOURCE_DIRS. Empty: <data root>/held_out/*.jsonl."))
+    fields: tuple[str, ...] = Field(("prompt",), description="Row fields joined into the indexed text.")
+
 
 
 def write_held_out_sets(files: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str] | None = None,

@@ -5,6 +5,8 @@ becomes the record's drop reason and a stats key. ``quality_filter`` runs the co
 in order and stops at the first that drops. Thresholds follow the Gopher rules (Rae et al. 2021,
 "Scaling Language Models", appendix A.1) where they apply; repetition rules only judge
 documents long enough for repetition to mean something (``min_words_for_repetition``).
+``QualityConfig`` is the thresholds' one declaration (default and help per field): the
+``curated_corpus`` run config and the ``curate`` options derive from it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 FilterResult = bool | tuple[bool, str]
 Filter = Callable[[str], FilterResult]
@@ -37,21 +41,28 @@ def normalize(text: str) -> str:
     return _MANY_NEWLINES.sub("\n\n", "\n".join(lines)).strip()
 
 
-@dataclass(frozen=True)
-class QualityConfig:
+class QualityConfig(BaseModel):
     """Thresholds of the quality filters (defaults keep ordinary agent traces and prose)."""
 
-    min_chars: int = 20  # shorter is not a training document
-    max_chars: int = 200_000  # longer is almost always a dump (logs, minified files)
-    min_alnum_ratio: float = 0.5  # share of non-space characters that are letters or digits
-    max_symbol_word_ratio: float = 0.1  # Gopher: "#" and "..." per word
-    max_duplicate_line_fraction: float = 0.3  # Gopher: share of lines that repeat an earlier line
-    max_top_ngram_fraction: tuple[float, float, float] = (0.2, 0.18, 0.16)  # Gopher, n = 2, 3, 4
-    max_duplicate_5gram_fraction: float = 0.15  # Gopher: chars in repeated 5-grams / all word chars
-    min_words_for_repetition: int = 50  # repetition rules are noise on shorter documents
-    max_non_text_fraction: float = 0.05  # control/private-use/unassigned chars and U+FFFD
-    max_blob_fraction: float = 0.5  # chars in whitespace-free tokens of >= blob_token_chars
-    blob_token_chars: int = 64
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    min_chars: int = Field(20, ge=0, description="Shorter records are dropped (not a training document).")
+    max_chars: int = Field(200_000, ge=1, description="Longer records are dropped (almost always a dump: logs, minified files).")
+    min_alnum_ratio: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Lowest share of non-space characters that are letters or digits."))
+    max_symbol_word_ratio: float = Field(0.1, ge=0.0, description="Gopher: most '#' and '...' per word.")
+    max_duplicate_line_fraction: float = Field(0.3, ge=0.0, le=1.0, description=(
+        "Gopher: highest share of lines that repeat an earlier line (documents of 4+ lines)."))
+    max_top_ngram_fraction: tuple[float, float, float] = Field((0.2, 0.18, 0.16), description=(
+        "Gopher: highest share of word characters the most frequent 2-, 3- and 4-gram may cover."))
+    max_duplicate_5gram_fraction: float = Field(0.15, ge=0.0, le=1.0, description=(
+        "Gopher: highest share of word characters inside repeated 5-grams."))
+    min_words_for_repetition: int = Field(50, ge=0, description=(
+        "The n-gram repetition rules judge only documents of at least this many words (noise on shorter ones)."))
+    max_non_text_fraction: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "Highest share of control, private-use or unassigned characters and U+FFFD."))
+    max_blob_fraction: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Highest share of characters in whitespace-free tokens of at least blob_token_chars (encoded blobs)."))
+    blob_token_chars: int = Field(64, ge=1, description="A whitespace-free token this long counts as a blob.")
 
 
 def length_filter(cfg: QualityConfig) -> Filter:

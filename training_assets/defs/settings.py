@@ -7,11 +7,14 @@ Each ``dg.Config`` field takes the model field's type (``Literal`` choices becom
 drop-downs, a typo is refused before launch), its help text and its default; an asset may change a
 default for the demo (a tiny model on CPU), and only the fields it lets users set are exposed.
 Constraints (``ge``, ``gt``, ...) stay with the library model, which validates the values when the
-asset builds it from the config.
+asset builds it from the config. A field that is itself a model (``GrpoSpec.vllm: VllmSpec | None``)
+becomes a nested config derived the same way (``Optional`` when the model allows None), so
+``model_dump`` hands the library the nested dict it takes.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args, get_origin
+from types import NoneType, UnionType
+from typing import Any, Optional, Union, get_args, get_origin
 
 import dagster as dg
 import pydantic
@@ -32,11 +35,34 @@ def _config_type(annotation: Any) -> Any:
     return annotation
 
 
-def _fields(spec: type[BaseModel], names: Sequence[str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+def _nested_model(annotation: Any) -> tuple[type[BaseModel], bool] | None:
+    """``(Model, optional)`` when ``annotation`` is a model or ``Model | None``, else None."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    if len(models) != 1 or any(m is not models[0] and m is not NoneType for m in members):
+        return None
+    return models[0], NoneType in members
+
+
+def _nested_field(owner: str, name: str, model: type[BaseModel], optional: bool, default: Any,
+                  description: str | None) -> tuple[Any, Any]:
+    """A model-typed field as a nested config (a model default is dumped: Dagster shows and fills in a dict)."""
+    config_class = spec_config(f"{owner}{name.title().replace('_', '')}", model)
+    if isinstance(default, BaseModel):
+        default = default.model_dump()
+    annotation = Optional[config_class] if optional else config_class  # noqa: UP045 (Dagster reads Optional)
+    return annotation, Field(default, validate_default=True, description=description)
+
+
+def _fields(owner: str, spec: type[BaseModel], names: Sequence[str], defaults: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name in names:
         info = spec.model_fields[name]
         default = defaults.get(name, info.get_default(call_default_factory=True))
+        nested_model = _nested_model(info.annotation)
+        if nested_model is not None:
+            out[name] = _nested_field(owner, name, *nested_model, default, info.description)
+            continue
         out[name] = (_config_type(info.annotation), Field(list(default) if isinstance(default, tuple) else default,
                                                          description=info.description))
     return out
@@ -45,7 +71,7 @@ def _fields(spec: type[BaseModel], names: Sequence[str], defaults: Mapping[str, 
 def spec_config(name: str, spec: type[BaseModel], names: Sequence[str] | None = None,
                 defaults: Mapping[str, Any] | None = None, **extra: Any) -> type[dg.Config]:
     """A ``dg.Config`` class with ``spec``'s fields ``names`` (all by default), ``defaults`` changed, plus ``extra``."""
-    fields = _fields(spec, names if names is not None else list(spec.model_fields), defaults or {})
+    fields = _fields(name, spec, names if names is not None else list(spec.model_fields), defaults or {})
     return pydantic.create_model(name, __base__=StrictConfig, __doc__=f"Run config built from {spec.__name__}.",
                                  **fields, **extra)
 

@@ -22,6 +22,8 @@ per seam:
 - ``suite``: the reliability suite: greedy answers per case, per-case results, pass rates per category.
 - ``benchmarks``: EleutherAI lm-eval on the shipped task YAMLs, offline.
 - ``device``: where and in what dtype a checkpoint is evaluated (auto: CUDA + bf16 with a GPU, else CPU fp32).
+- ``settings``: ``EvalSettings`` and ``GateThresholds``, declared once (the eval assets' run config and
+  the ``evaluate`` options derive from them).
 - ``gates``: the flat gate metrics and the pass/fail decision with its reasons.
 - ``report``: one stored, JSON-able report per checkpoint (suite + benchmarks + gate) and its chart.
 
@@ -43,12 +45,13 @@ from training_assets.evaluation.gates import GateDecision, GateThresholds, decid
 from training_assets.evaluation.report import (EVAL_VERSION, REPORT_FILE, eval_chart_png, eval_config_id,
                                                load_eval_report, run_eval_report, write_eval_report)
 from training_assets.evaluation.scorers import SCORERS
+from training_assets.evaluation.settings import EvalSettings
 from training_assets.evaluation.suite import (CaseResult, EvalReport, evaluate_checkpoint, generate_answers,
                                               score_case, summarize)
 
 __all__ = [
     "DEFAULT_BENCHMARKS", "DEFAULT_CASES", "EVAL_TASKS_DIR", "EVAL_VERSION", "REPORT_FILE", "SCORERS", "CaseResult",
-    "EvalCase", "EvalReport", "GateDecision", "Placement", "GateThresholds", "cases_from_held_out", "decide_gate", "eval_chart_png",
+    "EvalCase", "EvalReport", "EvalSettings", "GateDecision", "Placement", "GateThresholds", "cases_from_held_out", "decide_gate", "eval_chart_png",
     "eval_config_id", "evaluate_benchmarks", "evaluate_checkpoint", "gate_metrics", "generate_answers",
     "lm_eval_available", "load_cases", "load_eval_report", "parse_case", "resolve_device", "run_eval_report", "score_case",
     "shipped_task_config", "summarize", "uniform_bits_per_byte", "write_eval_report",

@@ -8,23 +8,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from training_assets.evaluation.settings import GateThresholds
 from training_assets.evaluation.suite import EvalReport
-
-
-@dataclass(frozen=True)
-class GateThresholds:
-    """What an eval report must reach. The demo's defaults are deliberately low: see docs/evaluation.md."""
-
-    min_pass_rate: float = 0.0  # overall reliability pass rate
-    min_category_pass_rate: Mapping[str, float] = field(default_factory=dict)  # e.g. {"safety": 1.0}
-    max_bits_per_byte: float | None = None  # perplexity task: bits per byte must not exceed this
-    max_bpb_vs_uniform: float | None = None  # perplexity task: bits/byte over a uniform guess's (1.0 = chance)
-    max_regression: float = 0.0  # how much worse than the registered model a metric may be
-    regression_metrics: Sequence[str] | None = None  # metrics compared with the registered model; None = all shared
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def run_eval_report(checkpoint_path: str | os.PathLike[str], cases: Sequence[Eva
             "eval_config": eval_config_id(cases, benchmark_tasks, benchmark_limit, max_new_tokens, placement.dtype),
             "benchmarks": benchmarks, "metrics": metrics, "baseline": dict(baseline or {}),
             "placement": placement.to_dict(),
-            "thresholds": asdict(thresholds) | {"min_category_pass_rate": dict(thresholds.min_category_pass_rate)},
+            "thresholds": thresholds.model_dump(),
             "gate": {"passed": decision.passed, "reasons": list(decision.reasons), "compared_to": decision.compared_to}}
 
 

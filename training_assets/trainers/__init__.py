@@ -19,7 +19,7 @@ from training_assets import kinds, peft_manager
 from training_assets.kinds import KIND_NAMES
 from training_assets.peft_manager import LoraSpec
 from training_assets.trainers.base import TrainerBase, TrainResult
-from training_assets.trainers.config import DpoSpec, GrpoSpec, PretrainSpec, TrainConfig
+from training_assets.trainers.config import DpoSpec, GrpoSpec, PretrainSpec, TrainConfig, VllmSpec
 from training_assets.trainers.plan import Plan
 
 TRAINER_KINDS = KIND_NAMES
@@ -33,4 +33,4 @@ def get_trainer(kind: str, config: TrainConfig, **kwargs: Any) -> TrainerBase:
 
 
 __all__ = ["TRAINER_KINDS", "DpoSpec", "GrpoSpec", "LoraSpec", "Plan", "PretrainSpec", "TrainConfig", "TrainResult",
-           "TrainerBase", "get_trainer", "peft_manager"]
+           "TrainerBase", "VllmSpec", "get_trainer", "peft_manager"]

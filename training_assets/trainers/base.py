@@ -134,7 +134,12 @@ class TrainerBase:
         raise NotImplementedError
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
+        """The tensors ``loss`` reads for these rows (padding and masks only)."""
         raise NotImplementedError
+
+    def micro_batch(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
+        """What ``run_loop`` trains on for one micro-batch: the collated rows (an on-policy trainer samples first)."""
+        return self.collate(rows, model)
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
         raise NotImplementedError
@@ -200,7 +205,7 @@ class TrainerBase:
         is_main = self.accelerator is None or self.accelerator.is_main_process
         with tracking.start_run(self.config, plan, enabled=is_main) as run:
             take = rows.take if isinstance(rows, LazyRows) else (lambda idx: [rows[i] for i in idx])
-            result = run_loop(model, len(rows), lambda idx, m: self.collate(take(idx), m), self.loss,
+            result = run_loop(model, len(rows), lambda idx, m: self.micro_batch(take(idx), m), self.loss,
                               self.config, accelerator=self.accelerator, callbacks=(*self.callbacks, run.log_step),
                               planned_steps=plan.planned_steps, on_policy_update=self.policy_hook())
             final = Path(self.config.output_dir) / "final"

@@ -1,4 +1,5 @@
-"""The training run's configuration: ``TrainConfig`` with the ``PretrainSpec``, ``DpoSpec`` and ``GrpoSpec`` it nests.
+"""The training run's configuration: ``TrainConfig`` with the ``PretrainSpec``, ``DpoSpec``, ``KtoSpec``, ``OrpoSpec`` and
+``GrpoSpec`` it nests.
 
     TrainConfig(base_model="data/sft_checkpoint/runs/<id>/final", max_steps=100, lr=5e-5,
                 lora=LoraSpec(r=16, alpha=32), dpo=DpoSpec(beta=0.1, loss_type="ipo"))
@@ -27,7 +28,7 @@ AttnImpl = Literal["eager", "sdpa", "flash_attention_2"]
 LrScheduler = Literal["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial",
                       "inverse_sqrt"]
 Rollout = Literal["local", "vllm", "dataset", "mixed"]
-Sampler = Literal["lean", "transformers"]
+SamplerName = Literal["lean", "transformers"]
 DpoLossType = Literal["sigmoid", "ipo", "hinge"]
 GrpoLossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "la_grpo"]
 
@@ -98,36 +99,76 @@ class DpoSpec(BaseModel):
         "otherwise the reference runs every step."))
 
 
+class KtoSpec(BaseModel):
+    """Kahneman-Tversky Optimisation (Ethayarajh et al. 2024, arXiv:2402.01306) on unpaired labelled examples."""
+
+    model_config = _FROZEN
+
+    beta: float = Field(0.1, gt=0, description="Inverse temperature on the policy/reference log-ratio against the KL reference point.")
+    desirable_weight: float = Field(1.0, ge=0, description=(
+        "Loss weight of desirable (successful) examples; the paper keeps desirable_weight * n_desirable / "
+        "(undesirable_weight * n_undesirable) in [1, 4/3]."))
+    undesirable_weight: float = Field(1.0, ge=0, description="Loss weight of undesirable (failed) examples.")
+    precompute_ref_logps: bool = Field(True, description=(
+        "Compute the reference log-probs (of each example and of its mismatched KL pair) once before training "
+        "(no second model in memory); otherwise the reference runs every step."))
+
+
+class OrpoSpec(BaseModel):
+    """Odds Ratio Preference Optimisation (Hong et al. 2024, arXiv:2403.07691): SFT on the chosen plus an odds-ratio term."""
+
+    model_config = _FROZEN
+
+    beta: float = Field(0.1, gt=0, description=(
+        "The paper's lambda: weight of the odds-ratio term -log sigma(log odds(chosen) - log odds(rejected)) "
+        "against the chosen NLL (TRL's ORPOConfig.beta)."))
+
+
+class VllmSpec(BaseModel):
+    """The vLLM server that samples GRPO's rollouts (``GrpoSpec.rollout="vllm"``) and how it is reached.
+
+    The policy's LoRA adapter is synced to it every ``sync_steps`` (``trainers/policy_sync.py``);
+    requests go through ``vllm_client.VllmClient`` (API key, allow-list, retries).
+    """
+
+    model_config = _FROZEN
+
+    base_url: str | None = Field(None, description=(
+        "OpenAI-compatible vLLM server, e.g. http://host:8000. Loopback only unless the operator lists it in "
+        "$TRAINING_ASSETS_DEPLOY_ALLOWED_URLS (the run config names it, and it receives the API key)."))
+    model: str | None = Field(None, description=(
+        "The base model name the server serves (its --served-model-name); the policy's LoRA adapter is loaded "
+        "on top of it at runtime."))
+    api_key_env: str = Field("VLLM_API_KEY", min_length=1, description=(
+        "Name of the environment variable holding the server's API key (sent as a Bearer token; the key "
+        "itself never goes into a config). Unset or empty: no Authorization header."))
+    adapter_dir: str | None = Field(None, description=(
+        "Where the synced adapters are written (<run>-v<step>/); the vLLM server must read this path. "
+        "None: <output_dir>/vllm_adapters."))
+    sync_steps: int = Field(1, gt=0, description=(
+        "Load the policy's adapter into vLLM every N optimizer steps (rollouts in between sample a policy up to "
+        "N-1 steps old; the sampler's log-probs keep the importance ratio right)."))
+    max_attempts: int = Field(5, gt=0, description="Tries per vLLM request (429, 5xx, connection errors retried).")
+    backoff_s: float = Field(0.5, ge=0, description="Wait before the first retry; doubled each retry, plus up to 50% jitter.")
+    max_backoff_s: float = Field(8.0, ge=0, description="Cap on one retry wait (before jitter).")
+    timeout_s: float = Field(120.0, gt=0, description="Seconds one vLLM request may take.")
+
+
 class GrpoSpec(BaseModel):
-    """Group Relative Policy Optimisation (Shao et al. 2024, arXiv:2402.03300); rollout sources in trainers/grpo.py."""
+    """Group Relative Policy Optimisation (Shao et al. 2024, arXiv:2402.03300); rollout sources in trainers/grpo.py,
+    the samplers in trainers/rollouts.py."""
 
     model_config = _FROZEN
 
     rollout: Rollout = Field("local", description=(
-        "Where each group's rollouts come from. local: the policy's own samples (generate); vllm: the policy's "
-        "samples from a vLLM server at vllm_base_url; dataset: the logged attempts of each grpo_groups row with "
-        "their stored advantages; mixed: the logged attempts (stored rewards) plus num_generations local samples "
-        "in one group, advantages over the whole group (LUFFY, arXiv:2504.14945)."))
-    vllm_base_url: str | None = Field(None, description=(
-        "OpenAI-compatible vLLM server for rollout=vllm, e.g. http://host:8000. Loopback only unless the operator "
-        "lists it in $TRAINING_ASSETS_DEPLOY_ALLOWED_URLS (the run config names it, and it receives the API key)."))
-    vllm_model: str | None = Field(None, description=(
-        "rollout=vllm: the base model name the server serves (its --served-model-name); the policy's LoRA "
-        "adapter is loaded on top of it at runtime."))
-    vllm_api_key_env: str = Field("VLLM_API_KEY", min_length=1, description=(
-        "Name of the environment variable holding the server's API key (sent as a Bearer token; the key "
-        "itself never goes into a config). Unset or empty: no Authorization header."))
-    vllm_adapter_dir: str | None = Field(None, description=(
-        "Where the synced adapters are written (<run>-v<step>/); the vLLM server must read this path. "
-        "None: <output_dir>/vllm_adapters."))
-    sync_steps: int = Field(1, gt=0, description=(
-        "rollout=vllm: load the policy's adapter into vLLM every N optimizer steps (rollouts in between "
-        "sample a policy up to N-1 steps old; the sampler's log-probs keep the importance ratio right)."))
-    vllm_max_attempts: int = Field(5, gt=0, description="Tries per vLLM request (429, 5xx, connection errors retried).")
-    vllm_backoff_s: float = Field(0.5, ge=0, description="Wait before the first retry; doubled each retry, plus up to 50% jitter.")
-    vllm_max_backoff_s: float = Field(8.0, ge=0, description="Cap on one retry wait (before jitter).")
-    vllm_timeout_s: float = Field(120.0, gt=0, description="Seconds one vLLM request may take.")
-    sampler: Sampler = Field("lean", description=(
+        "Where each group's rollouts come from. local: the policy's own samples; vllm: the policy's samples from "
+        "the vLLM server of `vllm`; dataset: the logged attempts of each grpo_groups row with their stored "
+        "advantages; mixed: the logged attempts (stored rewards) plus num_generations local samples in one group, "
+        "advantages over the whole group (LUFFY, arXiv:2504.14945)."))
+    vllm: VllmSpec | None = Field(None, description=(
+        "rollout=vllm: the vLLM server that samples the rollouts (base_url, model, key, retries, sync_steps); "
+        "None for the other rollouts."))
+    sampler: SamplerName = Field("lean", description=(
         "How local rollouts are decoded: lean (trainers/decoding.py: the policy's own weights with fused matmuls and "
         "a preallocated KV cache, ~1.7x faster per rollout on small models; Llama/Qwen2/Mistral layouts, otherwise "
         "transformers with the reason in the result) or transformers (generate's draws, token for token)."))
@@ -144,11 +185,17 @@ class GrpoSpec(BaseModel):
         "Reward components -> weights for sampled completions (None: answer, tool_json, efficiency, length)."))
 
     @model_validator(mode="after")
-    def _vllm_needs_url(self) -> GrpoSpec:
-        if self.rollout == "vllm" and not self.vllm_base_url:
-            raise ValueError("GrpoSpec: rollout='vllm' needs vllm_base_url (e.g. http://host:8000)")
-        if self.rollout == "vllm" and not self.vllm_model:
-            raise ValueError("GrpoSpec: rollout='vllm' needs vllm_model, the base model name the server serves "
+    def _vllm_matches_rollout(self) -> GrpoSpec:
+        if self.rollout != "vllm":
+            if self.vllm is not None:  # a server named but never asked: the user meant rollout="vllm"
+                raise ValueError(f"GrpoSpec: vllm is set but rollout={self.rollout!r} does not sample from it; set "
+                                 "rollout='vllm' or drop vllm")
+            return self
+        if self.vllm is None or not self.vllm.base_url:
+            raise ValueError("GrpoSpec: rollout='vllm' needs vllm.base_url (vllm=VllmSpec(base_url='http://host:8000', "
+                             "model=<the server's --served-model-name>))")
+        if not self.vllm.model:
+            raise ValueError("GrpoSpec: rollout='vllm' needs vllm.model, the base model name the server serves "
                              "(its --served-model-name)")
         return self
 
@@ -193,6 +240,8 @@ class TrainConfig(BaseModel):
     lora: LoraSpec | None = Field(None, description="Train a LoRA adapter instead of all weights.")
     pretrain: PretrainSpec = Field(default_factory=PretrainSpec, description="Architecture when base_model is None.")
     dpo: DpoSpec = Field(default_factory=DpoSpec, description="DPO options.")
+    kto: KtoSpec = Field(default_factory=KtoSpec, description="KTO options.")
+    orpo: OrpoSpec = Field(default_factory=OrpoSpec, description="ORPO options.")
     grpo: GrpoSpec = Field(default_factory=GrpoSpec, description="GRPO options.")
     seed: int = Field(0, description="Seeds init, data order (per epoch) and dropout/sampling RNGs.")
     torch_threads: int = Field(0, ge=0, description="Intra-op CPU threads; 0 = torch's default (one per core).")

@@ -1,14 +1,22 @@
 """Group Relative Policy Optimisation (Shao et al. 2024, DeepSeekMath, https://arxiv.org/abs/2402.03300).
 
+One step, top to bottom (``collate`` then ``loss``, per micro-batch):
+
+    groups = sampler.sample(prompt_ids, model)    # trainers.rollouts: lean | transformers | generate | vllm
+    buffer.score(reward_fn)                       # rewards (training_data.compose_reward), then group advantages
+    batch = self.collate(buffer.rows(), model)   # padded ids, masks, advantages (+ reference log-probs)
+    loss = objectives.grpo_surrogate(...)         # the clipped importance ratio
+
 Each example is a ``grpo_groups`` row: a prompt with the agents' logged attempts (``completions``,
 ``rewards``, ``advantages``). ``GrpoSpec.rollout`` chooses where each group's rollouts come from:
 
 * ``"local"`` (library default) — the policy's own samples: ``num_generations`` completions per
-  prompt by ``generate`` with the current policy, scored with the reward engine
-  (``training_data.compose_reward``), advantages normalised within the sampled group.
-* ``"vllm"`` — the same, sampled by ``VLLMRolloutClient`` (the sampler's log-probs are the old policy);
-  LoRA runs only: ``trainers.policy_sync`` loads the adapter into the server as ``<run>-v<step>``
-  after every ``sync_steps`` optimizer steps and the rollouts ask for the newest version.
+  prompt, decoded by the local sampler ``GrpoSpec.sampler`` picks (``trainers/rollouts.py``),
+  scored with the reward engine, advantages normalised within the sampled group.
+* ``"vllm"`` — the same, sampled by a vLLM server (``GrpoSpec.vllm``, a ``VllmSpec``; the sampler's
+  log-probs are the old policy); LoRA runs only: ``trainers.policy_sync`` loads the adapter into the
+  server as ``<run>-v<step>`` after every ``vllm.sync_steps`` optimizer steps and the rollouts ask
+  for the newest version.
 * ``"dataset"`` — the logged attempts only, with their stored advantages (purely off-policy replay).
 * ``"mixed"`` — the logged attempts (stored rewards: the environment's verdict, which a fresh sample
   cannot have) plus ``num_generations`` local samples in the SAME group; advantages are normalised
@@ -32,8 +40,8 @@ current policy's at rollout time (also for logged attempts, whose behaviour poli
 the ratio starts at 1 and the clipping only matters after the first step; with vLLM they are the
 sampler's log-probs.
 
-torch, ``modeling``, ``decoding`` and ``objectives`` (all import torch) are imported by the methods
-that run tensors: building and planning the trainer imports no torch.
+torch, ``modeling`` and ``objectives`` (all import torch) are imported by the methods that run
+tensors: building and planning the trainer imports no torch.
 """
 
 from __future__ import annotations
@@ -43,10 +51,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from training_assets.rollout_buffer import Generation, RolloutBuffer, VLLMRolloutClient
+from training_assets.rollout_buffer import Generation, RolloutBuffer
 from training_assets.trainers.base import TrainerBase
 from training_assets.trainers.modeling_refs import reference_context
 from training_assets.trainers.policy_sync import VllmPolicySync
+from training_assets.trainers.rollouts import Sampler, pick_sampler
 from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
 from training_assets.training_data import compose_reward
 
@@ -78,23 +87,6 @@ def branch_starts(rows: Sequence[dict[str, Any]]) -> list[int]:
     return [max(0, shared[r["group_id"]] - len(r["prompt_ids"])) for r in rows]
 
 
-def choose_sampler(model: Any, wanted: str) -> dict[str, str]:
-    """Which decoder samples local rollouts, and why: ``lean`` when asked for and the model allows it,
-    ``transformers`` (``modeling.sample_completions``) otherwise, ``generate`` when the checkpoint's
-    generation config adds logits processors (only ``generate`` applies them)."""
-    from training_assets.trainers.decoding import unsupported  # torch: planning stays torch-free
-    from training_assets.trainers.modeling import plain_sampling  # torch: planning stays torch-free
-
-    if not plain_sampling(model):
-        return {"sampler": "generate", "reason": "the checkpoint's generation_config adds logits processors"}
-    if wanted != "lean":
-        return {"sampler": "transformers", "reason": f"GrpoSpec.sampler={wanted!r}"}
-    reason = unsupported(model)
-    if reason:
-        return {"sampler": "transformers", "reason": f"the lean decoder does not cover this model: {reason}"}
-    return {"sampler": "lean", "reason": "GrpoSpec.sampler='lean'"}
-
-
 class GRPOTrainer(TrainerBase):
     kind = "grpo"
 
@@ -105,7 +97,7 @@ class GRPOTrainer(TrainerBase):
         self.rewards: list[float] = []  # mean reward per rollout batch
         self.skipped: list[dict[str, str]] = []
         self.policy_sync: VllmPolicySync | None = None  # rollout="vllm"
-        self.sampler: dict[str, str] = {}  # local rollouts: {"sampler": lean | transformers | generate, "reason": ...}
+        self.sampler: Sampler | None = None  # picked at the first rollout (trainers.rollouts.pick_sampler)
 
     @property
     def sequences_per_example(self) -> int:  # type: ignore[override]
@@ -114,8 +106,8 @@ class GRPOTrainer(TrainerBase):
 
     def result_extra(self) -> dict[str, Any]:
         extra = {"skipped": list(self.skipped), "mean_rewards": list(self.rewards)}
-        if self.sampler:
-            extra["rollout_sampler"] = dict(self.sampler)
+        if self.sampler is not None:
+            extra["rollout_sampler"] = {"sampler": self.sampler.name, "reason": self.sampler.reason}
         if self.policy_sync is not None:  # the adapter versions vLLM sampled from, and how often a request was retried
             extra |= {"vllm_adapters": list(self.policy_sync.history), "vllm_retries": self.policy_sync.client.retries}
         return extra
@@ -175,68 +167,41 @@ class GRPOTrainer(TrainerBase):
     def policy_hook(self) -> Any:
         return self.policy_sync.after_step if self.policy_sync is not None else None
 
-    # ---------------------------------------------------------------- rollouts
-    def _rollout(self, rows: list[dict[str, Any]], model: Any) -> list[dict[str, Any]]:
-        import torch  # torch: import-time stays torch-free
-
-        tok = self.tokenizer
-        buffer = RolloutBuffer()
-        G = self.config.grpo.num_generations
-        if self.config.grpo.rollout == "vllm":
-            client = VLLMRolloutClient(self.policy_sync.client.base_url, self.policy_sync.served_name,
-                                       client=self.policy_sync.client)
-            for r in rows:
-                staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
-                staged.generations = client.generate(r["prompt_ids"], G, self.config.grpo.max_new_tokens, self.config.grpo.temperature)
-        else:
-            from training_assets.trainers.modeling import device_of, sample_completions  # torch: planning stays torch-free
-
-            pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-            prompts = [r["prompt_ids"] for r in rows for _ in range(G)]
-            P = max(len(p) for p in prompts)
-            ids = torch.tensor([[pad_id] * (P - len(p)) + p for p in prompts])  # left-padded (B·G, P)
-            attn = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
-            if not self.sampler:  # decided once per run: the model's layout does not change
-                self.sampler = choose_sampler(model, self.config.grpo.sampler)
-            was_training = model.training
-            model.eval()
-            with torch.inference_mode():
-                if self.sampler.get("sampler") == "lean":  # the policy's weights as of this step, folded once
-                    from training_assets.trainers.decoding import LeanDecoder  # torch: planning stays torch-free
-
-                    out = LeanDecoder(model).sample(ids, attn, self.config.grpo.max_new_tokens,
-                                                    self.config.grpo.temperature, tok.eos_token_id, pad_id)
-                elif self.sampler.get("sampler") == "transformers":  # generate's draws without its per-step overhead
-                    out = sample_completions(model, ids, attn, self.config.grpo.max_new_tokens,
-                                             self.config.grpo.temperature, tok.eos_token_id, pad_id)
-                else:  # the checkpoint's generation_config adds logits processors: generate applies them
-                    out = model.generate(input_ids=ids.to(device_of(model)), attention_mask=attn.to(device_of(model)),
-                                         do_sample=True, temperature=self.config.grpo.temperature, top_k=0, top_p=1.0,
-                                         max_new_tokens=self.config.grpo.max_new_tokens, pad_token_id=pad_id,
-                                         eos_token_id=tok.eos_token_id, use_cache=True)[:, P:]
-            model.train(was_training)
-            completions = out.cpu().tolist()
-            for k, r in enumerate(rows):
-                staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
-                # mixed: the logged attempts join the group first, with their stored rewards
-                for p_ids, c_ids, mask, reward in r.get("logged", []):
-                    staged.generations.append(Generation(text=tok.decode(c_ids, skip_special_tokens=True), token_ids=c_ids,
-                                                         reward=reward, completion_mask=mask, prompt_ids=p_ids))
-                for c in completions[k * G:(k + 1) * G]:
-                    if tok.eos_token_id in c:
-                        c = c[: c.index(tok.eos_token_id) + 1]
-                    staged.generations.append(Generation(text=tok.decode(c, skip_special_tokens=True), token_ids=c))
-        buffer.score(self.reward_fn())
-        self.rewards.append(buffer.mean_reward())
-        return buffer.rows()
-
-    def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        import torch  # torch: import-time stays torch-free
-
+    # ---------------------------------------------------------------- the step
+    def micro_batch(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
+        """``run_loop``'s micro-batch: on-policy rows are rolled out first (sample → score → advantages), then
+        collated; logged replay (rollout="dataset") is collated as it is."""
         if self.config.grpo.rollout != "dataset":
             rows = self._rollout(rows, model)
-            if self.config.grpo.loss_type == "la_grpo":
-                rows = [{**r, "branch_start": b} for r, b in zip(rows, branch_starts(rows), strict=True)]
+        return self.collate(rows, model)
+
+    def _rollout(self, rows: list[dict[str, Any]], model: Any) -> list[dict[str, Any]]:
+        """Sample each prompt's group (the sampler), score it, set group advantages: one training row per member."""
+        if self.sampler is None:  # picked once per run: the model's layout does not change
+            self.sampler = pick_sampler(self.config.grpo, model, self.tokenizer, self.policy_sync)
+        sampled = self.sampler.sample([r["prompt_ids"] for r in rows], model)
+        buffer = RolloutBuffer()
+        for r, generations in zip(rows, sampled, strict=True):
+            staged = buffer.stage(r["group_id"], r["prompt"], r["prompt_ids"], r.get("expected_answer"))
+            staged.generations = [*self._logged_generations(r), *generations]  # mixed: logged attempts first
+        buffer.score(self.reward_fn())  # rewards for the sampled members, then advantages over the whole group
+        self.rewards.append(buffer.mean_reward())
+        out = buffer.rows()
+        if self.config.grpo.loss_type == "la_grpo":
+            out = [{**r, "branch_start": b} for r, b in zip(out, branch_starts(out), strict=True)]
+        return out
+
+    def _logged_generations(self, row: dict[str, Any]) -> list[Generation]:
+        """rollout="mixed": the group's logged attempts, with their stored rewards and assistant-token masks."""
+        return [Generation(text=self.tokenizer.decode(c_ids, skip_special_tokens=True), token_ids=c_ids, reward=reward,
+                           completion_mask=mask, prompt_ids=p_ids)
+                for p_ids, c_ids, mask, reward in row.get("logged", [])]
+
+    def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
+        """The batch ``loss`` reads: left-padded prompts + right-padded completions, masks, advantages, and the
+        reference log-probs when ``kl_beta > 0``."""
+        import torch  # torch: import-time stays torch-free
+
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         P = max(len(r["prompt_ids"]) for r in rows)
         C = max(max(len(r["completion_ids"]) for r in rows), 1)

@@ -1,15 +1,15 @@
 """Keep a vLLM server sampling the current GRPO policy: the LoRA adapter, versioned, loaded at runtime.
 
-    sync = VllmPolicySync.from_config(config)      # config.grpo.rollout == "vllm", config.lora set
+    sync = VllmPolicySync.from_config(config)      # config.grpo.rollout == "vllm" (config.grpo.vllm), config.lora set
     sync.preflight()                               # key accepted, base model served: fail before training
     sync.after_step(step, total_steps, model, resumed)   # run_loop's on_policy_update
     client.complete(sync.served_name, ...)         # rollouts ask for the newest loaded version
 
-Every ``sync_steps`` optimizer steps the adapter is saved (safetensors, atomically:
+Every ``VllmSpec.sync_steps`` optimizer steps the adapter is saved (safetensors, atomically:
 ``checkpoints.save_model_dir``) to ``<adapter_dir>/<run>-v<step>/`` and loaded with
 ``POST /v1/load_lora_adapter``; only once the new version is in is the previous one unloaded
 (``/v1/unload_lora_adapter``) and its folder removed, so a rollout never names an adapter that
-is not loaded. Until the first sync, rollouts ask for the base model (``vllm_model``): a fresh
+is not loaded. Until the first sync, rollouts ask for the base model (``VllmSpec.model``): a fresh
 LoRA's B matrices are zero, so the policy is the base. After a resume the restored adapter is
 synced at once. The last step is not synced (no rollout follows it); the last synced version
 stays loaded after training.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.trainers import checkpoints, dist_state
-from training_assets.trainers.config import TrainConfig
+from training_assets.trainers.config import TrainConfig, VllmSpec
 from training_assets.vllm_client import RetryPolicy, VllmClient, VllmError
 
 log = logging.getLogger("training_assets.trainers")
@@ -41,11 +41,11 @@ def run_label(config: TrainConfig) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-.") or "policy"
 
 
-def client_for(config: TrainConfig) -> VllmClient:
-    g = config.grpo
-    retry = RetryPolicy(max_attempts=g.vllm_max_attempts, backoff_s=g.vllm_backoff_s, max_backoff_s=g.vllm_max_backoff_s)
-    return VllmClient(g.vllm_base_url or "", api_key_env=g.vllm_api_key_env, retry=retry, timeout_s=g.vllm_timeout_s,
-                      seed=config.seed)
+def client_for(spec: VllmSpec, seed: int = 0) -> VllmClient:
+    """The HTTP client ``spec`` describes (``seed``: the retry jitter's, so a run retries reproducibly)."""
+    retry = RetryPolicy(max_attempts=spec.max_attempts, backoff_s=spec.backoff_s, max_backoff_s=spec.max_backoff_s)
+    return VllmClient(spec.base_url or "", api_key_env=spec.api_key_env, retry=retry, timeout_s=spec.timeout_s,
+                      seed=seed)
 
 
 class VllmPolicySync:
@@ -60,8 +60,12 @@ class VllmPolicySync:
 
     @classmethod
     def from_config(cls, config: TrainConfig, accelerator: Any = None) -> VllmPolicySync:
-        root = Path(config.grpo.vllm_adapter_dir or Path(config.output_dir) / "vllm_adapters").resolve()
-        return cls(client_for(config), str(config.grpo.vllm_model), run_label(config), root, config.grpo.sync_steps,
+        spec = config.grpo.vllm
+        if spec is None:
+            raise ValueError("VllmPolicySync: config.grpo.vllm is None; set "
+                             "grpo=GrpoSpec(rollout='vllm', vllm=VllmSpec(...))")
+        root = Path(spec.adapter_dir or Path(config.output_dir) / "vllm_adapters").resolve()
+        return cls(client_for(spec, config.seed), str(spec.model), run_label(config), root, spec.sync_steps,
                    accelerator)
 
     @property
@@ -72,8 +76,8 @@ class VllmPolicySync:
         """The key is accepted and the base model is served (one ``GET /v1/models``)."""
         models = self.client.served_models()
         if self.base_model not in models:
-            raise VllmError(f"vLLM {self.client.base_url} does not serve grpo.vllm_model={self.base_model!r} "
-                            f"(it serves {sorted(models)}); set vllm_model to its --served-model-name")
+            raise VllmError(f"vLLM {self.client.base_url} does not serve grpo.vllm.model={self.base_model!r} "
+                            f"(it serves {sorted(models)}); set vllm.model to its --served-model-name")
 
     def after_step(self, step: int, total_steps: int, model: Any, resumed: bool = False) -> None:
         """``run_loop``'s policy hook: sync every ``sync_steps`` steps, and at once after a resume."""

@@ -58,6 +58,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "pretrain_windows": pa.schema([
         ("input_ids", _IDS), ("position_ids", _IDS), ("doc_ids", _IDS), ("labels", _IDS), _BATCHES,
     ]),
+    "unpaired_preferences": pa.schema([
+        ("id", pa.string()), ("task_id", pa.string()), ("prompt", pa.string()), ("completion", pa.string()),
+        ("label", pa.bool_()), _BATCHES,
+    ]),
 }
 WINDOW_COLUMNS = ("input_ids", "position_ids", "doc_ids", "labels")
 # dataset asset -> its `training-assets build-dataset` kind

@@ -1,9 +1,9 @@
-"""Build the four dataset assets from the data root: read inputs, build, write, check.
+"""Build the dataset assets (``BUILDERS``) from the data root: read inputs, build, write, check.
 
 Each ``build_*_dataset(root, config)`` computes the dataset's key (code version, input versions,
 tokenizer and chat-template hashes, config), reuses the existing files when they were built
 from the same key and are intact, otherwise builds and writes them, then runs the dataset's
-checks on what is on disk. SFT/DPO/GRPO read the kept traces of ``selected_traces`` (the one
+checks on what is on disk. SFT/DPO/GRPO/KTO read the kept traces of ``selected_traces`` (the one
 selection: curation's decisions per trace, see ``selection``); pretraining windows read the
 curated corpus. Every row records the trace batches it came from (``source_batches``).
 """
@@ -24,7 +24,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from training_assets.data_engine.decontam import decontaminate
-from training_assets.settings import GrpoConfig, PreferenceConfig, PretrainConfig, SftConfig
+from training_assets.settings import GrpoConfig, KtoConfig, PreferenceConfig, PretrainConfig, SftConfig
 from training_assets.storage import canonical_json
 from training_assets.training_data import held_out as held_out_lib
 from training_assets.training_data import selection
@@ -34,6 +34,7 @@ from training_assets.training_data.io import (
     DatasetInfo, read_dataset_table, reusable, rows_to_table, windows_to_table, write_dataset,
 )
 from training_assets.training_data.packing import IGNORE_INDEX, pack_sequences
+from training_assets.training_data.kto import build_unpaired_preferences
 from training_assets.training_data.preferences import build_preference_pairs
 from training_assets.training_data.rewards import completion_messages, compose_reward
 from training_assets.training_data.sft import build_sft_examples
@@ -225,6 +226,26 @@ def build_preference_dataset(root: str | os.PathLike[str], config: PreferenceCon
     return DatasetReport(info, reused, _preview(rows, ["id", "failure_point", "chosen", "rejected"]), checks)
 
 
+def build_kto_dataset(root: str | os.PathLike[str], config: KtoConfig | None = None) -> DatasetReport:
+    root, config = Path(root), config or KtoConfig()
+    traces, version, held_out = _load_selected(root)
+    key = {**_base_key("unpaired_preferences", root, config), **version}
+
+    def build() -> tuple[pa.Table, dict[str, Any]]:
+        result = build_unpaired_preferences(traces, config.max_per_task)
+        desirable = sum(r["label"] for r in result.rows)
+        stats = {"examples": len(result.rows), "desirable": desirable, "undesirable": len(result.rows) - desirable,
+                 "tasks": len({r["task_id"] for r in result.rows}), **_skip_stats(result, traces)}
+        return rows_to_table("unpaired_preferences", result.rows), stats
+
+    info, reused, rows = _finish("unpaired_preferences", key, root, build)
+    checks = [
+        _empty_check(rows, "id", lambda r: [r["completion"]]),
+        held_out_overlap_check({r["id"]: messages_plain_text(r["prompt"], r["completion"]) for r in rows}, held_out),
+    ]
+    return DatasetReport(info, reused, _preview(rows, ["id", "task_id", "label", "completion"]), checks)
+
+
 def build_grpo_dataset(root: str | os.PathLike[str], config: GrpoConfig | None = None) -> DatasetReport:
     root, config = Path(root), config or GrpoConfig()
     traces, version, held_out = _load_selected(root)
@@ -318,4 +339,8 @@ BUILDERS: dict[str, DatasetBuilder] = {
         build_pretrain_dataset, PretrainConfig, ("curated_corpus", "held_out_sets", "tokenizer"),
         ("no_cross_document_loss", "no_held_out_overlap"),
         "The curated corpus tokenised and packed into fixed windows with per-document positions and labels."),
+    "unpaired_preferences": DatasetBuilder(
+        build_kto_dataset, KtoConfig, ("selected_traces", "held_out_sets"),
+        ("no_empty_completions", "no_held_out_overlap"),
+        "Every kept trace once (single attempts too): prompt, completion and label desirable = outcome.success."),
 }

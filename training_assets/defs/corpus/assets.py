@@ -3,7 +3,8 @@
 The MinHash shingling (``ngram``, ``num_perm``, ``seed``) that ``minhash_signatures`` stores and
 ``curated_corpus`` must match to reuse those signatures is declared once, as the ``minhash``
 resource (``resources.MinhashShingling``): both assets read the same instance, so they cannot
-disagree.
+disagree. The run configs derive from the library's settings models (``CurationConfig``,
+``QualityConfig``, ``HeldOutConfig``): a field's default and help are declared there once.
 """
 
 import glob
@@ -14,25 +15,20 @@ from pydantic import Field
 
 from training_assets import data_engine
 from training_assets.data_engine import staged
-from training_assets.data_engine.decontam import DEFAULT_MIN_NGRAM, DEFAULT_NGRAM
+from training_assets.data_engine.corpus import RUN_ONLY_FIELDS, HeldOutConfig
 from training_assets.defs.automation import batch_condition, corpus_condition, once_condition
 from training_assets.defs.corpus.resources import DEDUP_DEFAULTS, MinhashShingling
 from training_assets.defs.metadata import counts_table, figure_png, png_markdown, table
 from training_assets.defs.partitions import trace_batches
 from training_assets.defs.resources import DataRoot
+from training_assets.defs.settings import spec_config
 from training_assets.traces import check_batch_id
 
 NO_OVERLAP_CHECK = "no_held_out_overlap"
 DEDUP_RATE_CHECK = "dedup_rate_within_bounds"
 
 
-class HeldOutSetsConfig(dg.Config):
-    paths: list[str] = Field(
-        default_factory=list,
-        description="Held-out JSONL files or globs (rows need 'id' and the text fields), under the data root or a "
-                    "folder of $TRAINING_ASSETS_SOURCE_DIRS. Empty: <data root>/held_out/*.jsonl.")
-    fields: list[str] = Field(default_factory=lambda: ["prompt"],
-                              description="Row fields joined into the indexed text.")
+HeldOutSetsConfig = spec_config("HeldOutSetsConfig", HeldOutConfig)
 
 
 @dg.asset(group_name="corpus", code_version=data_engine.CURATION_VERSION, kinds={"parquet"},
@@ -65,39 +61,38 @@ def minhash_signatures(context: dg.AssetExecutionContext, minhash: MinhashShingl
     )
 
 
-class CuratedCorpusConfig(dg.Config):
-    method: Literal["minhash", "cosine"] = Field(
-        "minhash", description="Near-dup method: 'minhash' (Jaccard of word n-grams) or 'cosine'. Shingling: the minhash resource.")
-    threshold: float = Field(DEDUP_DEFAULTS["threshold"], gt=0.0, le=1.0,
-                             description="Similarity at or above which two records are duplicates.")
-    decontam_ngram: int = Field(DEFAULT_NGRAM, ge=1,
-                                description="n of the held-out n-gram index (13 prose, 8-10 code).")
-    decontam_min_ngram: int = Field(DEFAULT_MIN_NGRAM, ge=1,
-                                    description="Held-out examples shorter than this are not indexed.")
-    min_chars: int = Field(20, ge=0, description="Quality filter: shorter records are dropped.")
-    max_chars: int = Field(200_000, ge=1, description="Quality filter: longer records are dropped.")
-    extra_sources: list[str] = Field(default_factory=list,
-                                     description=".jsonl/.txt/.parquet files curated with the traces, under the "
-                                                 "data root or a folder of $TRAINING_ASSETS_SOURCE_DIRS.")
-    min_dedup_rate: float = Field(0.0, ge=0.0, le=1.0,
-                                  description="Blocking check: lowest acceptable share of records removed by dedup.")
-    max_dedup_rate: float = Field(0.5, ge=0.0, le=1.0,
-                                  description="Blocking check: highest acceptable share (more means a broken source).")
-    engine: Literal["local", "ray"] = Field(
-        "local", description="Where curation runs: 'local' (this process) or 'ray' (a Ray cluster; same answer). "
-                             "Needs pip install -e '.[scale]'.")
-    ray_address: str | None = Field(
-        None, description="Ray cluster address (host:6379 or ray://host:10001) on loopback, the $RAY_ADDRESS host or "
-                          "a host of $TRAINING_ASSETS_RAY_HOSTS; empty: $RAY_ADDRESS.")
-    ray_shard_docs: int = Field(100_000, ge=1, description="engine='ray': records per input shard (one map task).")
+def _flat(config_class: type[dg.Config]) -> dict:
+    """A derived config's fields, to declare flat in another (run configs keep ``min_chars`` at the top)."""
+    return {name: (info.annotation, info) for name, info in config_class.model_fields.items()}
+
+
+# What a run may set of CurationConfig besides the quality thresholds (all of them, flat) and the dedup
+# method and threshold: the shingling is the ``minhash`` resource's. No demo changes a default.
+CURATION_FIELDS = ("decontam_ngram", "decontam_min_ngram", "extra_sources", *RUN_ONLY_FIELDS)
+QUALITY_FIELDS = tuple(data_engine.QualityConfig.model_fields)
+_CuratedCorpusFields = spec_config(
+    "CuratedCorpusFields", data_engine.CurationConfig, CURATION_FIELDS,
+    **_flat(spec_config("QualityOptions", data_engine.QualityConfig)),
+    method=(Literal["minhash", "cosine"], Field(DEDUP_DEFAULTS["method"], description=(
+        "Near-dup method: 'minhash' (Jaccard of word n-grams) or 'cosine'. Shingling: the minhash resource."))),
+    threshold=(float, Field(DEDUP_DEFAULTS["threshold"],
+                            description="Similarity at or above which two records are duplicates.")),
+    min_dedup_rate=(float, Field(0.0, ge=0.0, le=1.0, description=(
+        "Blocking check: lowest acceptable share of records removed by dedup."))),
+    max_dedup_rate=(float, Field(0.5, ge=0.0, le=1.0, description=(
+        "Blocking check: highest acceptable share (more means a broken source)."))),
+)
+
+
+class CuratedCorpusConfig(_CuratedCorpusFields):
+    """Run config of ``curated_corpus``: CurationConfig's and QualityConfig's fields, the dedup choice and the
+    dedup-rate check's bounds."""
 
     def to_library(self, minhash: MinhashShingling) -> data_engine.CurationConfig:
+        values = self.model_dump()
         return data_engine.CurationConfig(
-            quality=data_engine.QualityConfig(min_chars=self.min_chars, max_chars=self.max_chars),
-            dedup=minhash.params(self.method, self.threshold),
-            decontam_ngram=self.decontam_ngram, decontam_min_ngram=self.decontam_min_ngram,
-            extra_sources=tuple(self.extra_sources), engine=self.engine, ray_address=self.ray_address,
-            ray_shard_docs=self.ray_shard_docs)
+            quality=data_engine.QualityConfig(**{k: values[k] for k in QUALITY_FIELDS}),
+            dedup=minhash.params(self.method, self.threshold), **{k: values[k] for k in CURATION_FIELDS})
 
 
 def _cluster_plot(sizes: dict[int, int]) -> dg.MetadataValue:

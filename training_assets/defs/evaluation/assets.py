@@ -4,6 +4,10 @@ One report per training kind with a gate (``training_assets.kinds``): ``sft_eval
 alignment (dpo/grpo depend on it); ``dpo_eval_report`` and ``grpo_eval_report`` gate the merge
 (``merged_adapter`` depends on both); ``merged_eval_report`` gates registration, also against the model currently registered for the role. Each gate is a blocking
 asset check: when it fails, downstream assets do not run and the check says why.
+
+The run configs derive from ``evaluation.EvalSettings`` and ``GateThresholds`` (a field's help and
+default declared there once); the demo's default changes are ``DEMO_RUN`` / ``DEMO_GATE`` and the
+adapters' ``ALIGNED_RUN`` / ``ALIGNED_GATE``, each with its reason.
 """
 
 import os
@@ -20,6 +24,8 @@ from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, Registry
 from training_assets.storage import fingerprint, sha256_file
 from training_assets import evaluation
 from training_assets.checkpoint_manifest import read_manifest
+from training_assets.defs.settings import spec_config
+from training_assets.evaluation.settings import RUN_FIELDS
 
 GATE_CHECK = "eval_gate"
 
@@ -35,59 +41,45 @@ def _benchmark_limit() -> int:
 BENCHMARK_LIMIT = _benchmark_limit()
 
 
-class EvalReportConfig(dg.Config):
-    cases_path: str = Field("", description=(
-        "JSONL eval cases, under the data root or a folder of $TRAINING_ASSETS_SOURCE_DIRS; empty = the shipped "
-        "reliability suite (eval_tasks/)."))
-    max_new_tokens: int = Field(32, ge=1, description="Greedy tokens generated per case.")
-    benchmark_tasks: list[str] = Field(list(evaluation.DEFAULT_BENCHMARKS),
-                                       description="lm-eval tasks (shipped YAML names or lm-eval's own); [] skips lm-eval.")
-    benchmark_limit: int = Field(BENCHMARK_LIMIT, ge=0, description=(
-        "Examples per lm-eval task (0 = all: 60 multiple-choice tasks, 40 transcripts); 30 keeps the demo fast. "
-        "Default from TRAINING_ASSETS_EVAL_BENCHMARK_LIMIT: runs the automation launches take the defaults."))
-    device: str = Field("auto", description=(
-        'Where the checkpoint is evaluated: "auto" (the first GPU when torch sees one, else the CPU), "cpu", "cuda" '
-        'or "cuda:N".'))
-    dtype: str = Field("auto", description=(
-        'Weights dtype: "auto" (bfloat16 on a GPU, float32 on the CPU), "float32", "bfloat16" or "float16". '
-        "A non-fp32 report is not compared with fp32 ones (its eval_config differs)."))
-    batch_size: int = Field(32, ge=1, description="Cases per left-padded greedy generate call (and lm-eval's batch).")
-    min_pass_rate: float = Field(0.0, ge=0.0, le=1.0, description=(
-        "Gate: overall reliability pass rate. 0 on the demo (seconds-trained tiny models); production sets e.g. 0.8."))
-    min_category_pass_rate: dict[str, float] = Field({}, description="Gate per category, e.g. {'safety': 1.0} in production.")
-    max_bpb_vs_uniform: Optional[float] = Field(0.97, description=(
-        "Gate on the perplexity task: bits/byte as a share of a uniform guess over the vocabulary (1.0 = chance). "
-        "0.97 on the demo rejects an untrained model (about 1.0) and passes the seconds-trained ones (about 0.91); "
-        "production relies on max_bits_per_byte and the regression check."))
-    max_bits_per_byte: Optional[float] = Field(None, description=(
-        "Gate on the perplexity task in absolute bits/byte; production sets it from its current model (e.g. 1.0)."))
-    max_regression: float = Field(0.02, ge=0.0, description=(
-        "Promotion gate: how much worse than the registered model a metric may be (absolute for rates, relative "
-        "for bits/byte)."))
-    regression_metrics: Optional[list[str]] = Field(
-        ["pass_rate", "ta_held_out_perplexity/bits_per_byte"], description=(
-            "Metrics that must be no worse than the registered model's (None = every metric both reports have). "
-            "The demo leaves out 30-item accuracies and per-category rates, whose steps (1/30, 1/8) exceed the tolerance."))
-
-    def thresholds(self) -> evaluation.GateThresholds:
-        return evaluation.GateThresholds(
-            min_pass_rate=self.min_pass_rate, min_category_pass_rate=dict(self.min_category_pass_rate),
-            max_bits_per_byte=self.max_bits_per_byte, max_bpb_vs_uniform=self.max_bpb_vs_uniform,
-            max_regression=self.max_regression, regression_metrics=self.regression_metrics)
+# The demo's changes to the library's defaults (tiny models trained for seconds, on a CPU), with their reasons.
+DEMO_RUN = {"benchmark_limit": BENCHMARK_LIMIT}  # 30 examples per lm-eval task keep the demo fast
+DEMO_GATE = {
+    "max_bpb_vs_uniform": 0.97,  # rejects an untrained model (about 1.0), passes the seconds-trained ones (about 0.91)
+    "max_regression": 0.02,
+    # 30-item accuracies and per-category rates move in steps (1/30, 1/8) larger than the tolerance
+    "regression_metrics": ["pass_rate", "ta_held_out_perplexity/bits_per_byte"],
+}
+# adapters run only the gates: fewer tokens, no lm-eval (the demo's time goes to the gates), so no bpb ceiling
+ALIGNED_RUN = DEMO_RUN | {"max_new_tokens": 16, "benchmark_tasks": []}
+ALIGNED_GATE = DEMO_GATE | {"max_bpb_vs_uniform": None}
+CASES_PATH = (str, Field("", description=(
+    "JSONL eval cases, under the data root or a folder of $TRAINING_ASSETS_SOURCE_DIRS; empty = the shipped "
+    "reliability suite (eval_tasks/).")))
 
 
-class AlignedEvalConfig(EvalReportConfig):
-    max_new_tokens: int = Field(16, ge=1, description="Greedy tokens generated per case.")
-    benchmark_tasks: list[str] = Field([], description="lm-eval tasks; none by default (the demo's time goes to the gates).")
-    max_bpb_vs_uniform: Optional[float] = Field(None, description="Gate on the perplexity task (needs benchmark_tasks).")
+def _eval_config(name: str, run: dict, gate: dict, **extra) -> type[dg.Config]:
+    """A run config with EvalSettings's run fields and GateThresholds's fields flat (``min_pass_rate`` at the top)."""
+    gate_fields = spec_config(f"{name}Gate", evaluation.GateThresholds, defaults=gate).model_fields
+    return spec_config(name, evaluation.EvalSettings, RUN_FIELDS, run, cases_path=CASES_PATH,
+                       **{k: (info.annotation, info) for k, info in gate_fields.items()}, **extra)
 
 
-class PromotionEvalConfig(EvalReportConfig):
-    role: str = Field("generator", description="Compare with the model registered for this role (none: thresholds only).")
-    model_name: str = Field(DEFAULT_MODEL_NAME, description="MLflow registered model holding the role aliases.")
+EvalReportConfig = _eval_config("EvalReportConfig", DEMO_RUN, DEMO_GATE)
+AlignedEvalConfig = _eval_config("AlignedEvalConfig", ALIGNED_RUN, ALIGNED_GATE)
+PromotionEvalConfig = _eval_config(
+    "PromotionEvalConfig", DEMO_RUN, DEMO_GATE,
+    role=(str, Field("generator", description="Compare with the model registered for this role (none: thresholds only).")),
+    model_name=(str, Field(DEFAULT_MODEL_NAME, description="MLflow registered model holding the role aliases.")))
 
 
-def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases: list,
+def eval_settings(config: dg.Config) -> evaluation.EvalSettings:
+    """The library's settings from an eval report's run config (validated there: bounds, dtype)."""
+    values = config.model_dump()
+    gate = evaluation.GateThresholds(**{k: values[k] for k in evaluation.GateThresholds.model_fields})
+    return evaluation.EvalSettings(gate=gate, **{k: values[k] for k in RUN_FIELDS})
+
+
+def _baseline(context: dg.AssetExecutionContext, config: dg.Config, settings: evaluation.EvalSettings, cases: list,
               tracking_uri: str) -> tuple[dict, Optional[str]]:
     """Metrics of the model registered for the role, on this very eval setup.
 
@@ -102,31 +94,32 @@ def _baseline(context: dg.AssetExecutionContext, config: EvalReportConfig, cases
     except RegistryError:
         return {}, None  # first registration for the role: thresholds only
     name = f"v{current.version} ({current.checkpoint_id})"
-    tasks, limit = config.benchmark_tasks, config.benchmark_limit or None
+    tasks, limit = settings.benchmark_tasks, settings.benchmark_limit or None
     summary = current.lineage.eval_summary
-    dtype = evaluation.resolve_device(config.device, config.dtype).dtype
-    if summary.get("eval_config") == evaluation.eval_config_id(cases, tasks, limit, config.max_new_tokens, dtype):
+    dtype = evaluation.resolve_device(settings.device, settings.dtype).dtype
+    if summary.get("eval_config") == evaluation.eval_config_id(cases, tasks, limit, settings.max_new_tokens, dtype):
         return dict(summary.get("metrics", {})), name
     context.log.info(f"registered {name} was evaluated with another setup: evaluating its snapshot again")
     payload = evaluation.run_eval_report(registry.local_dir(current), cases, evaluation.GateThresholds(),
                                          benchmark_tasks=tasks, benchmark_limit=limit,
-                                         max_new_tokens=config.max_new_tokens, device=config.device,
-                                         dtype=config.dtype, batch_size=config.batch_size)
+                                         max_new_tokens=settings.max_new_tokens, device=settings.device,
+                                         dtype=settings.dtype, batch_size=settings.batch_size)
     return payload["metrics"], f"{name}, re-evaluated"
 
 
-def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str, config: EvalReportConfig,
+def _evaluate(context: dg.AssetExecutionContext, asset_key: str, checkpoint: str, config: dg.Config,
               root, tracking_uri: str) -> dg.MaterializeResult:
     # run config names the cases file: it must lie under the data root or an allowed source folder
     cases_file = (str(paths.confine_path(config.cases_path, f"{asset_key} config cases_path", root))
                   if config.cases_path else str(evaluation.DEFAULT_CASES))
     manifest = read_manifest(root, checkpoint)
     cases = evaluation.load_cases(cases_file)
-    baseline, baseline_name = _baseline(context, config, cases, tracking_uri)
+    settings = eval_settings(config)
+    baseline, baseline_name = _baseline(context, config, settings, cases, tracking_uri)
     payload = evaluation.run_eval_report(
-        paths.asset_dir(checkpoint, root), cases, config.thresholds(), baseline,
-        baseline_name, config.benchmark_tasks, config.benchmark_limit or None, config.max_new_tokens,
-        device=config.device, dtype=config.dtype, batch_size=config.batch_size)
+        paths.asset_dir(checkpoint, root), cases, settings.gate, baseline,
+        baseline_name, settings.benchmark_tasks, settings.benchmark_limit or None, settings.max_new_tokens,
+        device=settings.device, dtype=settings.dtype, batch_size=settings.batch_size)
     payload |= {"checkpoint_asset": checkpoint, "checkpoint_data_version": manifest.data_version,
                 "cases_path": cases_file}
     version = fingerprint(payload["checkpoint_data_version"], sha256_file(cases_file), config.model_dump(),

@@ -1,12 +1,15 @@
-"""tokenizer: byte-level BPE on the curated corpus, saved as a Hugging Face tokenizer folder."""
+"""tokenizer: byte-level BPE on the curated corpus, saved as a Hugging Face tokenizer folder.
+
+Its run config derives from ``tokenizer_trainer.TokenizerConfig`` (each field's default and help declared there once).
+"""
 
 import dagster as dg
-from pydantic import Field
 
 from training_assets import data_engine, tokenizer_trainer
 from training_assets.defs.automation import POLICY, tokenizer_condition
 from training_assets.defs.metadata import table
 from training_assets.defs.resources import DataRoot
+from training_assets.defs.settings import spec_config
 
 ROUND_TRIP_CHECK = "round_trip_lossless"
 HARD_TEXT_CHECK = "round_trip_hard_text"
@@ -14,16 +17,8 @@ SPECIAL_TOKENS_CHECK = "special_tokens_single_id"
 END_OF_TURN_CHECK = "end_of_turn_in_assistant_mask"
 
 
-class TokenizerAssetConfig(dg.Config):
-    vocab_size: int = Field(2048, ge=512, description="Vocabulary size (bytes + special tokens + merges). Small for the CPU demo.")
-    min_frequency: int = Field(2, ge=1, description="A symbol pair seen fewer times is never merged.")
-    max_chars: int = Field(50_000_000, ge=1, description="Training text is cut after this many characters.")
-    held_back_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of corpus rows kept out of training for the round-trip check.")
-    seed: int = Field(0, description="Picks the held-back rows.")
-
-    def to_library(self) -> tokenizer_trainer.TokenizerConfig:
-        return tokenizer_trainer.TokenizerConfig(self.vocab_size, self.min_frequency, self.max_chars,
-                                                 self.held_back_fraction, self.seed)
+# every TokenizerConfig field, with the library's defaults (the library's are already the demo's)
+TokenizerAssetConfig = spec_config("TokenizerAssetConfig", tokenizer_trainer.TokenizerConfig)
 
 
 def _check(name: str, failures: list, ok_text: str, bad_text: str) -> dg.AssetCheckResult:
@@ -54,7 +49,7 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerAssetConfig, d
     """
     root = data_root.root()
     rows = data_engine.load_curated_corpus(root).select(["id", "text"]).to_pylist()
-    report = tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), config.to_library(),
+    report = tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), tokenizer_trainer.TokenizerConfig(**config.model_dump()),
                                                tokenizer_trainer.tokenizer_dir(root))
     context.log.info(f"tokenizer {report.tokenizer_hash}: vocab {report.vocab_size}, reused={report.reused}")
     eot_ok, eot_reason = report.end_of_turn_masked
