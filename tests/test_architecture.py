@@ -5,8 +5,11 @@ from the whole-run pipeline down to storage, paths, settings and the kinds table
 import only layers below its own; ``lint-imports`` counts imports inside functions too.
 """
 
+import ast
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import grimp
@@ -81,3 +84,32 @@ def test_every_top_level_module_has_its_layer():
     modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
     modules |= {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
     assert modules - placed == set(), "give these a layer in pyproject's [tool.importlinter] layers contract"
+
+
+# lint pragmas say nothing about why an import waits: the reason is the words left after them
+PRAGMA = re.compile(r"noqa(:\s*[\w, ]+)?|type:\s*ignore(\[[^\]]*\])?|pragma:[^#]*")
+
+
+def _reason_by_line(path: Path) -> dict[int, str]:
+    """Each line's comment, pragmas removed (tokenize: a ``#`` inside a string is not a comment)."""
+    with path.open("rb") as f:
+        comments = [(t.start[0], t.string) for t in tokenize.tokenize(f.readline) if t.type == tokenize.COMMENT]
+    return {line: PRAGMA.sub("", text).strip("#():; ") for line, text in comments}
+
+
+def _unexplained_deferred_imports(path: Path) -> list[str]:
+    tree, reasons = ast.parse(path.read_text(encoding="utf-8")), _reason_by_line(path)
+    deferred = {node.lineno: node for function in ast.walk(tree) if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+                for node in ast.walk(function) if isinstance(node, ast.Import | ast.ImportFrom)}
+    return [f"{path.relative_to(REPO)} line {line}" for line, node in sorted(deferred.items())
+            if not any(reasons.get(n) for n in range(node.lineno, node.end_lineno + 1))]
+
+
+def test_every_import_inside_a_function_says_what_it_defers_and_why():
+    """An import waits inside a function only to keep a heavy dependency off a light path (the CLI's
+    --help, the MCP server's start, ``import training_assets.trainers`` without torch), and its
+    line says which and why: ``import torch  # the train extra: ~2 s, only when training``."""
+    unexplained = [where for path in sorted((REPO / "training_assets").rglob("*.py"))
+                   for where in _unexplained_deferred_imports(path)]
+    assert not unexplained, ("imports inside a function without a comment on their line saying what they defer and "
+                             "why (or move them to the top of the module):\n" + "\n".join(unexplained))

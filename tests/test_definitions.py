@@ -18,7 +18,7 @@ ASSET_KEYS = sorted([
     "raw_traces",
     "held_out_sets", "minhash_signatures", "curated_corpus",
     "tokenizer",
-    "selected_traces", "sft_dataset", "preference_pairs", "grpo_groups", "pretrain_windows", "unpaired_preferences",
+    "selected_traces", "sft_dataset", "preference_pairs", "grpo_groups", "pretrain_windows", "binary_feedback",
     "base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "kto_checkpoint", "orpo_checkpoint",
     "merged_adapter",
     "sft_eval_report", "dpo_eval_report", "grpo_eval_report", "kto_eval_report", "orpo_eval_report",

@@ -50,7 +50,7 @@ KINDS: dict[str, TrainingKind] = {k.name: k for k in (
     TrainingKind("grpo", "grpo_groups", "grpo_checkpoint", "sft_checkpoint", "grpo:GRPOTrainer", "grpo_surrogate",
                  "grpo_eval_report", "train_grpo", "training_engineer",
                  "group relative policy optimisation with the composite task reward", spec="grpo", adapter=True, merged=True),
-    TrainingKind("kto", "unpaired_preferences", "kto_checkpoint", "sft_checkpoint", "kto:KTOTrainer", "kto_loss",
+    TrainingKind("kto", "binary_feedback", "kto_checkpoint", "sft_checkpoint", "kto:KTOTrainer", "kto_loss",
                  "kto_eval_report", "train_kto", "training_engineer",
                  "Kahneman-Tversky optimisation on every trace alone, desirable when it succeeded", spec="kto", adapter=True),
     TrainingKind("orpo", "preference_pairs", "orpo_checkpoint", "base_checkpoint", "orpo:ORPOTrainer", "orpo_loss",

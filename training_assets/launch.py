@@ -18,6 +18,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from training_assets.storage import write_bytes_atomic
 
 JOB_MODULE = "training_assets.trainers.accelerate_launch"
@@ -78,8 +80,6 @@ def deepspeed_zero3_config(num_processes: int = 8, num_machines: int = 1, machin
 
 def write_config(config: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write an Accelerate config file (YAML) atomically."""
-    import yaml
-
     return write_bytes_atomic(path, yaml.safe_dump(config, sort_keys=True).encode())
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training_assets.checkpoint_manifest import CheckpointManifest, read_manifest
+from training_assets.tokenizer_trainer import tokenizer_hash
+from training_assets.training_data import contributing_batches
 
 
 class LineageError(RuntimeError):
@@ -88,8 +90,6 @@ def trained_trace_batches(root: str | os.PathLike[str] | None,
     checkpoint trained on in-memory examples (``training_pipeline``) names no dataset and adds
     nothing; a merge adds nothing of its own (its sources are in the chain).
     """
-    from training_assets.training_data import contributing_batches
-
     batches: set[str] = set()
     for manifest in manifests.values():
         source = manifest.examples or {}
@@ -101,8 +101,7 @@ def trained_trace_batches(root: str | os.PathLike[str] | None,
 def collect_lineage(root: str | os.PathLike[str] | None, checkpoint_asset: str,
                     eval_summary: Mapping[str, Any] | None = None) -> Lineage:
     """Lineage of a checkpoint asset from the files upstream stages wrote (no Dagster needed)."""
-    from training_assets.data_engine import corpus_version
-    from training_assets.tokenizer_trainer import tokenizer_hash
+    from training_assets.data_engine import corpus_version  # numba: ~1 s; registry imports this module for Lineage alone
 
     manifests = manifest_chain(root, checkpoint_asset)
     gathered = lineage_from_manifests(manifests)

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from training_assets.storage import atomic_dir
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -62,14 +64,14 @@ def check_qlora_available() -> None:
     bitsandbytes' NF4 kernels run on CUDA; a CPU fallback would train a full-precision base and
     report it as QLoRA, so we refuse instead.
     """
-    import torch
+    import torch  # the train extra: ~2 s, only when a 4-bit base is asked for
 
     if not torch.cuda.is_available():
         raise QLoraUnavailableError(
             "LoraSpec(quant_4bit=True) needs a CUDA GPU with bitsandbytes (NF4 base weights); this host has no "
             "CUDA device. Use quant_4bit=False for plain LoRA on CPU, or run on a GPU host with the 'gpu' extra.")
     try:
-        import bitsandbytes  # noqa: F401
+        import bitsandbytes  # noqa: F401  (the gpu extra: only probed, when a 4-bit base is asked for)
     except ImportError as exc:
         raise QLoraUnavailableError(
             "LoraSpec(quant_4bit=True) needs bitsandbytes: pip install 'training-assets[gpu]'") from exc
@@ -78,8 +80,8 @@ def check_qlora_available() -> None:
 def quantization_config(spec: LoraSpec) -> Any:
     """The ``BitsAndBytesConfig`` for a QLoRA base (NF4, double quantisation, bf16 compute)."""
     check_qlora_available()
-    import torch
-    from transformers import BitsAndBytesConfig
+    import torch  # the train extra: ~2 s, only when training
+    from transformers import BitsAndBytesConfig  # the train extra
 
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                               bnb_4bit_compute_dtype=torch.bfloat16)
@@ -94,7 +96,7 @@ class PeftManager:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def lora_config(self) -> Any:
-        from peft import LoraConfig
+        from peft import LoraConfig  # the train extra: with torch, only when training
 
         return LoraConfig(r=self.spec.r, lora_alpha=self.spec.alpha, lora_dropout=self.spec.dropout,
                           target_modules=list(self.spec.target_modules), use_dora=self.spec.use_dora,
@@ -108,8 +110,8 @@ class PeftManager:
         randomly at start-up, so an unseeded draw gave every process a different adapter, and the
         caller's RNG streams are left as they were.
         """
-        import torch
-        from peft import get_peft_model, prepare_model_for_kbit_training
+        import torch  # the train extra: ~2 s, only when training
+        from peft import get_peft_model, prepare_model_for_kbit_training  # the train extra
 
         if self.spec.quant_4bit:
             check_qlora_available()
@@ -207,7 +209,7 @@ def ties_merge(task_tensors: Sequence[np.ndarray], weights: Sequence[float], den
 
 
 def _read_adapter(adapter_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load_file  # the train extra: merging needs it, importing this module does not
 
     config_path, weights_path = adapter_dir / ADAPTER_CONFIG, adapter_dir / ADAPTER_WEIGHTS
     if not config_path.is_file() or not weights_path.is_file():
@@ -224,9 +226,8 @@ def merge_lora_adapters(adapter_dirs: Sequence[str | Path], output_dir: str | Pa
     that adapter, so ``B_m A_m`` carries the scaling and the merged adapter has ``lora_alpha = r``.
     Returns a summary (tensors merged, rank, density, share of entries kept).
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # the train extra: merging needs it, importing this module does not
 
-    from training_assets.storage import atomic_dir
 
     dirs = [Path(d) for d in adapter_dirs]
     if len(dirs) < 2:

@@ -42,7 +42,7 @@ from training_assets import registry_artifacts as store
 from training_assets.deploy import Deployment, DeploymentError, DeploymentTarget, deploy, undo_deploy
 from training_assets.lineage import Lineage
 from training_assets.storage import fingerprint
-from training_assets.tracking import local_artifact_location
+from training_assets.tracking import local_artifact_location, mlflow_client
 from training_assets.checkpoint_loading import CheckpointDirs, resolve_checkpoint
 from training_assets.checkpoint_manifest import MANIFEST_FILE, CheckpointManifest
 
@@ -139,14 +139,12 @@ class ModelRegistry:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from training_assets.tracking import mlflow_client
-
             self._client = mlflow_client(self.tracking_uri)
         return self._client
 
     # ------------------------------------------------------------------ reading
     def _registered(self, name: str | None = None) -> Any | None:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # mlflow: seconds, only when the registry is read
 
         try:
             return self.client.get_registered_model(name or self.model_name)
@@ -170,7 +168,7 @@ class ModelRegistry:
         return self._definition(done[0]) if done else None
 
     def get(self, version: int) -> ModelDefinition:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # mlflow: seconds, only when the registry is read
 
         try:
             return self._definition(self.client.get_model_version(self.model_name, str(version)))

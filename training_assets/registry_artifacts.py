@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.storage import sha256_tree, write_json_atomic
-from training_assets.checkpoint_loading import CheckpointDirs, resolve_checkpoint
-from training_assets.checkpoint_manifest import (MANIFEST_FILE, CheckpointManifest, read_manifest_file, snapshot_manifest,
-                                               write_manifest)
+from training_assets.tracking import mlflow_client
+from training_assets.checkpoint_loading import CheckpointDirs, load_tokenizer_dir, resolve_checkpoint
+from training_assets.checkpoint_manifest import (MANIFEST_FILE, CheckpointManifest, folder_manifest, read_manifest_file,
+                                               snapshot_manifest, write_manifest)
 
 MODEL_DIR = "model"
 FLAVOR = "training_assets_hf"
@@ -62,7 +63,7 @@ def base_tokenizer_dir(dirs: CheckpointDirs) -> Path:
 def stage_version(staged: Path, checkpoint_dir: Path, tokenizer_dir: Path, manifest: CheckpointManifest,
                   run_id: str, base_ref: dict[str, Any] | None) -> Path:
     """Write the ``model/`` folder of a version under ``staged`` (copied, never linked)."""
-    from mlflow.models import Model
+    from mlflow.models import Model  # mlflow: seconds, only when a version is staged
 
     folder = staged / MODEL_DIR
     shutil.copytree(checkpoint_dir, folder / "checkpoint")
@@ -79,7 +80,7 @@ def stage_version(staged: Path, checkpoint_dir: Path, tokenizer_dir: Path, manif
 
 def delete_run_artifacts(client: Any, run_id: str, tracking_uri: str) -> None:
     """Remove a run's artifacts from the store (MLflow's ``delete_run`` only marks the run deleted)."""
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # mlflow: seconds, only here
 
     uri = client.get_run(run_id).info.artifact_uri
     get_artifact_repository(uri, tracking_uri=tracking_uri).delete_artifacts()
@@ -87,7 +88,7 @@ def delete_run_artifacts(client: Any, run_id: str, tracking_uri: str) -> None:
 
 def stored_folder(client: Any, run_id: str) -> Path | None:
     """The ``model/`` folder of a run in a local artifact store (read in place); None for a remote store."""
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # mlflow: seconds, only here
 
     uri = client.get_run(run_id).info.artifact_uri
     if not is_local(uri):
@@ -139,8 +140,6 @@ def resolve_model_uri(model_uri: str, tracking_uri: str | None) -> str:
     """
     if not model_uri.startswith("models:/") or tracking_uri is None:
         return model_uri
-    from training_assets.tracking import mlflow_client
-
     client = mlflow_client(tracking_uri)
     rest = model_uri.removeprefix("models:/")
     if "@" in rest:
@@ -158,10 +157,9 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
     A full model loads with ``AutoModelForCausalLM``; an adapter downloads the base named in its
     ``base.json`` and applies itself with ``PeftModel``. Only safetensors are read.
     """
-    from mlflow.artifacts import download_artifacts
-    from transformers import AutoModelForCausalLM
+    from mlflow.artifacts import download_artifacts  # mlflow: seconds, only when a model is loaded
+    from transformers import AutoModelForCausalLM  # the train extra: torch, ~2 s
 
-    from training_assets.checkpoint_loading import load_tokenizer_dir
 
     dst = Path(dst or tempfile.mkdtemp(prefix="registry-"))
     folder = Path(download_artifacts(artifact_uri=resolve_model_uri(model_uri, tracking_uri), dst_path=str(dst / "version"),
@@ -170,7 +168,7 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
     ref_file = folder / BASE_REF_FILE
     if not ref_file.is_file():
         return AutoModelForCausalLM.from_pretrained(str(folder / "checkpoint"), use_safetensors=True, **kwargs), tokenizer
-    from peft import PeftModel
+    from peft import PeftModel  # the train extra: only for an adapter
 
     ref = json.loads(ref_file.read_text(encoding="utf-8"))
     base = Path(download_artifacts(artifact_uri=resolve_model_uri(ref["model_uri"], tracking_uri), dst_path=str(dst / "base"),
@@ -184,8 +182,6 @@ def load_hf_model(model_uri: str, tracking_uri: str | None = None, dst: str | os
 
 def source_dirs(path: str | os.PathLike[str]) -> tuple[CheckpointDirs, CheckpointManifest]:
     """The folders of a checkpoint to register and its manifest (one made up for a plain HF folder)."""
-    from training_assets.checkpoint_manifest import folder_manifest
-
     dirs = resolve_checkpoint(path)
     if (Path(path) / MANIFEST_FILE).is_file():
         return dirs, read_manifest_file(path)

@@ -63,7 +63,7 @@ class RolloutBuffer:
         samples, ``rollout="mixed"``) keeps it; the advantages (``training_data.group_advantages``)
         are normalised over logged and sampled members together.
         """
-        from training_assets.training_data.grpo import group_advantages
+        from training_assets.training_data.grpo import group_advantages  # polars: ~0.3 s, only when a group is scored
 
         for staged in self.prompts:
             if not staged.generations:

@@ -59,7 +59,7 @@ class PretrainConfig(BaseModel):
 
 
 class KtoConfig(BaseModel):
-    """How ``unpaired_preferences`` labels each kept trace for KTO."""
+    """How ``binary_feedback`` labels each kept trace for KTO."""
 
     model_config = _SETTINGS
     max_per_task: int = Field(8, ge=1, description=(
@@ -70,7 +70,7 @@ class KtoConfig(BaseModel):
 DATASET_SETTINGS: dict[str, type[BaseModel]] = {
     "sft_dataset": SftConfig, "preference_pairs": PreferenceConfig, "grpo_groups": GrpoConfig,
     "pretrain_windows": PretrainConfig,
-    "unpaired_preferences": KtoConfig,
+    "binary_feedback": KtoConfig,
 }
 
 

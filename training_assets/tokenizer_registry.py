@@ -32,7 +32,7 @@ class TokenRegistration:
 
 def _grow_embeddings(model: Any, n_rows: int) -> tuple[int, int]:
     """Resize ``model``'s embeddings to ``n_rows`` (never shrinks), new rows = mean of the old ones."""
-    import torch
+    import torch  # the train extra: ~2 s, only when embeddings grow
 
     inputs = model.get_input_embeddings()
     before = int(inputs.weight.shape[0])

@@ -148,7 +148,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, config: Tokeni
     Deterministic for the same texts and settings (merge ties are broken by the pair, not by
     hash order), so the saved files are byte-identical across runs.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # the train extra: only when training one
 
     config = config or TokenizerConfig(vocab_size=vocab_size)
     core = Tokenizer(models.BPE())
@@ -169,7 +169,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, config: Tokeni
 
 def wrap_tokenizer(core: Any):
     """Wrap a ``tokenizers.Tokenizer`` holding ``SPECIAL_TOKENS`` as a transformers tokenizer."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # the train extra: torch-side, ~2 s, only when a tokenizer is used
 
     missing = [t for t in SPECIAL_TOKENS if core.token_to_id(t) is None]
     if missing:
@@ -370,7 +370,7 @@ def build_tokenizer(
 
 
 def _load_folder(folder: Path):
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # the train extra: torch-side, ~2 s, only when a tokenizer is used
 
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
 

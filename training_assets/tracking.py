@@ -53,8 +53,8 @@ def store_template() -> Path:
     every fresh data root (each test's, each demo's). The result depends only on the MLflow
     version, so it is built once under ``$XDG_CACHE_HOME/training_assets/`` and copied.
     """
-    import mlflow
-    from mlflow import MlflowClient
+    import mlflow  # seconds to import: only when a run is tracked
+    from mlflow import MlflowClient  # mlflow
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "training_assets"
     path = cache / f"mlflow-{mlflow.__version__}-empty.db"
@@ -96,7 +96,7 @@ def prepare_store(tracking_uri: str) -> None:
 
 def mlflow_client(tracking_uri: str) -> Any:
     """``MlflowClient`` for tracking and the registry on ``tracking_uri`` (a new SQLite store seeded first)."""
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # mlflow: seconds, only when a client is asked for
 
     prepare_store(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -104,10 +104,10 @@ def mlflow_client(tracking_uri: str) -> Any:
 
 def loss_curve_png(losses: list[float], title: str = "training loss") -> bytes:
     """A small PNG of loss against optimizer step."""
-    import matplotlib
+    import matplotlib  # ~0.5 s, only when a curve is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: after use("Agg"), only when a curve is drawn
 
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.plot(range(1, len(losses) + 1), losses, marker="." if len(losses) < 60 else None)
@@ -142,7 +142,7 @@ class MlflowRun:
         self._buffer: list[Any] = []
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # mlflow: seconds, only when a run is tracked
 
         now = int(time.time() * 1000)
         self._buffer += [Metric(k, float(v), now, step) for k, v in metrics.items()]
@@ -176,7 +176,7 @@ class WandbRun:
         self.run.log({k: float(v) for k, v in metrics.items()}, step=step)
 
     def finish(self, result: Any, checkpoint_dir: str) -> None:
-        import wandb
+        import wandb  # optional, seconds: only when W&B logging is on
 
         self.run.summary.update({"final_loss": result.final_loss, "tokens_per_s": result.tokens_per_s,
                                  "peak_rss_mb": result.peak_rss_mb, "wall_s": result.wall_s, "steps": result.steps,
@@ -196,7 +196,7 @@ def wandb_mode() -> str:
 @contextlib.contextmanager
 def _wandb_run(config: Any, plan: Any) -> Iterator[WandbRun]:
     try:
-        import wandb
+        import wandb  # optional, seconds: only when W&B logging is on
     except ImportError as exc:
         raise RuntimeError("tracker='wandb' needs wandb: pip install 'training-assets[wandb]'") from exc
     folder = Path(config.output_dir)
@@ -213,7 +213,7 @@ def _wandb_run(config: Any, plan: Any) -> Iterator[WandbRun]:
 
 
 def _png_to_array(png: bytes) -> Any:
-    import matplotlib.image as mpimg
+    import matplotlib.image as mpimg  # matplotlib: ~0.5 s, only for a W&B image
 
     return mpimg.imread(io.BytesIO(png), format="png")
 
@@ -241,7 +241,7 @@ def start_run(config: Any, plan: Any, enabled: bool = True) -> Iterator[Any]:
     run_id = run.info.run_id
     params = {k: str(v)[:500] for k, v in config.to_dict().items() if k != "tracker_tags"}
     params.update({f"plan.{k}": str(v)[:500] for k, v in plan.to_dict().items() if k != "notes"})
-    from mlflow.entities import Param
+    from mlflow.entities import Param  # mlflow: seconds, only when a run is tracked
 
     client.log_batch(run_id, params=[Param(k, v) for k, v in sorted(params.items())])
     tracked = MlflowRun(client, run_id, uri)

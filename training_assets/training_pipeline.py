@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training_assets.checkpoint_loading import load_tokenizer_dir
+from training_assets.deploy import DeploymentTarget  # noqa: F401  (re-exported: callers build one to register)
+from training_assets.evaluation import evaluate_checkpoint
+from training_assets.registry import register_checkpoint
 from training_assets.storage import fingerprint
+from training_assets.tokenizer_trainer import train_tokenizer
+from training_assets.training_data import build_sft_examples, pack_sequences
 from training_assets.trainers import TrainConfig
 from training_assets.trainers.config import PretrainSpec
 from training_assets.trainers.jobs import in_memory_job, run_training
@@ -42,15 +48,6 @@ class PipelineReport(FieldsMapping):
     deployment: dict[str, Any] | None
 
 
-def __getattr__(name: str) -> Any:
-    # Re-export without importing the registry (and MLflow) on every import of this module.
-    if name == "DeploymentTarget":
-        from training_assets.deploy import DeploymentTarget
-
-        return DeploymentTarget
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def run_sft_pipeline(config: TrainConfig, *, traces: Iterable[Any] | None = None,
                      examples: Sequence[dict[str, Any]] | None = None, eval_cases: Any = None, registry: Any = None,
                      deploy: Any = None, checkpoint_id: str | None = None, model: Any = None,
@@ -61,8 +58,6 @@ def run_sft_pipeline(config: TrainConfig, *, traces: Iterable[Any] | None = None
     if examples is None:
         if traces is None:
             raise ValueError("run_sft_pipeline needs traces= or examples=")
-        from training_assets.training_data import build_sft_examples
-
         built = build_sft_examples(list(traces), tokenizer, max_tokens=config.max_seq_len)
         examples, skipped = built.rows, list(built.skipped)
     examples = list(examples)
@@ -87,10 +82,8 @@ def run_pretrain_pipeline(config: TrainConfig, *, corpus: Iterable[Mapping[str, 
     and save it as ``<output_dir>/tokenizer`` before packing; otherwise the configured or injected
     tokenizer is used.
     """
-    from training_assets.training_data import pack_sequences
-
     if corpus is None:
-        from training_assets.data_engine import load_curated_corpus
+        from training_assets.data_engine import load_curated_corpus  # numba: ~1 s, only when no corpus is passed
 
         corpus = load_curated_corpus(root).column("text").to_pylist()
     texts = [r if isinstance(r, str) else str(r["text"]) for r in corpus]
@@ -101,9 +94,6 @@ def run_pretrain_pipeline(config: TrainConfig, *, corpus: Iterable[Mapping[str, 
         config = config.with_(pretrain=spec)
     versions: dict[str, str] = {}
     if train_tokenizer_first:
-        from training_assets.tokenizer_trainer import train_tokenizer
-        from training_assets.checkpoint_loading import load_tokenizer_dir
-
         folder = Path(config.output_dir) / "tokenizer"
         train_tokenizer(texts, vocab_size=tokenizer_vocab_size).save_pretrained(str(folder))
         tokenizer, config = load_tokenizer_dir(folder), config.with_(tokenizer=str(folder.resolve()))
@@ -126,8 +116,6 @@ def _tokenizer_of(config: TrainConfig) -> Any:
     source = config.tokenizer or config.base_model
     if source is None:
         return None
-    from training_assets.checkpoint_loading import load_tokenizer_dir
-
     return load_tokenizer_dir(source)
 
 
@@ -140,12 +128,8 @@ def _train_evaluate_register(kind: str, asset: str, config: TrainConfig, rows: l
     run = run_training(in_memory_job(asset, kind, config, data_versions), rows=rows, model=model, tokenizer=tokenizer)
     evaluation = deployment = None
     if eval_cases is not None:
-        from training_assets.evaluation import evaluate_checkpoint
-
         evaluation = evaluate_checkpoint(config.output_dir, eval_cases).to_dict()
     if registry is not None:
-        from training_assets.registry import register_checkpoint
-
         deployment = register_checkpoint(registry, config.output_dir, deploy, checkpoint_id).to_dict()
     return PipelineReport(data=data, plan=run.plan.to_dict(), train=run.manifest.train.model_dump(),
                           checkpoint=run.manifest.to_dict(), eval=evaluation, deployment=deployment)

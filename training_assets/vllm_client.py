@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from training_assets import http_client
+from training_assets.deploy import require_allowed
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -62,8 +63,6 @@ class VllmClient:
     def __init__(self, base_url: str, api_key_env: str = "VLLM_API_KEY", retry: RetryPolicy | None = None,
                  timeout_s: float = 120.0, allowed_urls: Iterable[str] | None = None,
                  sleep: Callable[[float], None] = time.sleep, seed: int = 0) -> None:
-        from training_assets.deploy import require_allowed
-
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         require_allowed(self.base_url, allowed_urls)  # fail at construction, before any request
         self.allowed_urls = tuple(allowed_urls) if allowed_urls is not None else None
@@ -78,8 +77,6 @@ class VllmClient:
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One request with the retries; returns the JSON body (or the text when it is not JSON)."""
-        from training_assets.deploy import require_allowed
-
         url = f"{self.base_url}{path}"
         endpoint = require_allowed(url, self.allowed_urls)  # connect to exactly what was checked
         data = json.dumps(body).encode() if body is not None else None

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from tests.agent.conftest import BIN, REPO, call, error_text, free_port, instance_runs, make_home, snapshot, write_samples
+from training_assets import kinds
 from training_assets.agent.server import build_server
 
 LAUNCHED_BY = "training_assets/launched_by"
@@ -104,8 +105,12 @@ def test_get_run_and_the_registry_tools_read_back_what_the_workflow_did(trained)
     entry = call(server, "pick_for_role", {"role": "generator"}).structured_content
     assert entry["version"] == 1 and entry["checkpoint_id"].startswith("merged_adapter-")
     assets = call(server, "list_assets", {}).structured_content["assets"]
-    assert all(a["stale_status"] == "FRESH" for a in assets), [(a["asset"], a["stale_causes"]) for a in assets
-                                                               if a["stale_status"] != "FRESH"]
+    # the align kinds the task did not choose (kto, orpo) were never trained; everything else is fresh
+    unchosen = {asset for k in kinds.KINDS.values() if k.name not in ("pretrain", "sft", "dpo", "grpo")
+                for asset in (k.checkpoint, k.gate)}
+    assert {a["asset"] for a in assets if a["stale_status"] != "FRESH"} <= unchosen, [
+        (a["asset"], a["stale_status"], a["stale_causes"]) for a in assets if a["stale_status"] != "FRESH"]
+    assert all(a["data_version"] is None for a in assets if a["asset"] in unchosen)
     rollback = call(server, "rollback_role", {"role": "generator"})
     assert "only version 1" in error_text(rollback), "a single version has nothing to roll back to"
     report_text, registry_text, catalog_text = read_resources(server, ["training-assets://eval-reports/merged_eval_report",

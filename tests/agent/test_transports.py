@@ -13,6 +13,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.agent.conftest import BIN, REPO, error_text, free_port
+from training_assets.agent.tools import TOOLS
 
 
 def _child_env(agent_env: dict, **extra: str) -> dict[str, str]:
@@ -74,7 +75,7 @@ def test_streamable_http_requires_the_bearer_token_on_every_request(agent_env):
                     return tools, listed
 
         tools, listed = anyio.run(main)
-        assert len(tools) == 21 and not listed.is_error
+        assert len(tools) == len(TOOLS) and not listed.is_error
         assert listed.structured_content["assets"][0]["stale_status"] == "MISSING"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -26,6 +26,7 @@ import os
 from typing import Any
 
 import anyio
+from mcp import Client
 from pydantic import BaseModel, Field
 
 from training_assets import http_client
@@ -34,6 +35,7 @@ from training_assets.agent.errors import AgentError
 from training_assets.agent.models import GateVerdict
 from training_assets.agent.runs import make_backend
 from training_assets.agent.runtime import Runtime
+from training_assets.agent.server import build_server
 from training_assets.orchestration.backends import RunBackend
 
 RUN_WAIT_S = 3600  # how long the loop waits for a run a stage launched (get_run's wait_s)
@@ -193,10 +195,6 @@ def _stage_runs(record: AgentStage) -> list[str]:
 async def _drive_stage(endpoint: ChatEndpoint, backend: RunBackend, dagster_url: str | None,
                        spec: workflow.WorkflowSpec, stage: workflow.ResolvedStage, task: Any,
                        max_turns: int) -> AgentStage:
-    from mcp import Client
-
-    from training_assets.agent.server import build_server
-
     persona = personas.load_persona(stage.owner)
     server = build_server(persona=persona.name, runtime=Runtime(backend=backend, persona=persona.name,
                                                                 dagster_url=dagster_url))

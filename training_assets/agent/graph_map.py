@@ -16,11 +16,14 @@ operator's allow-lists (``paths.confine_path`` / ``confine_ray_address``) before
 
 from __future__ import annotations
 
+import difflib
 import glob
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from training_assets import kinds, paths
 from training_assets.agent.errors import AgentError, ToolInputError
@@ -78,7 +81,7 @@ def tool_target(tool: str, kind: str | None = None, checkpoint: str | None = Non
 
 
 def _train_config_names() -> set[str]:
-    from training_assets.trainers import TrainConfig
+    from training_assets.trainers import TrainConfig  # pyarrow: ~0.3 s, the server builds without it
 
     return set(TrainConfig.model_fields)
 
@@ -136,8 +139,6 @@ def asset_run_config(asset: str, config: Mapping[str, Any] | None, graph: Mappin
 
 
 def _closest(name: str, options: Mapping[str, Any]) -> str | None:
-    import difflib
-
     match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.75)
     return match[0] if match else None
 
@@ -156,11 +157,9 @@ def effective_config(asset: str, values: Mapping[str, Any], graph: Mapping[str, 
 def train_config_fields(asset: str, effective: Mapping[str, Any]) -> dict[str, Any]:
     """The TrainConfig fields a checkpoint asset's run config means, exactly as the asset builds them
     (``defs.training.config.overrides``: nested lora and kind specs as TrainConfig takes them)."""
-    from pydantic import ValidationError
-
-    from training_assets.defs.training.config import overrides
-    from training_assets.orchestration.catalog import config_class
-    from training_assets.trainers import TrainConfig
+    from training_assets.defs.training.config import overrides  # dagster: the server lists tools without it
+    from training_assets.orchestration.catalog import config_class  # dagster and the Definitions: seconds, only to plan
+    from training_assets.trainers import TrainConfig  # pyarrow: ~0.3 s, the server builds without it
 
     fields = overrides(config_class(asset)(**effective))
     try:  # the library's model is the one that knows the nested fields (lora.r, dpo.beta, ...)

@@ -53,7 +53,7 @@ class BearerTokenMiddleware:
 
 
 def serve_http(server: Any, host: str, port: int, token: str | None) -> None:
-    import uvicorn
+    import uvicorn  # only when serving over HTTP: stdio clients never load it
 
     app = server.streamable_http_app(host=host)
     uvicorn.run(BearerTokenMiddleware(app, token) if token else app, host=host, port=port, log_level="warning")

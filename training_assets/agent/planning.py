@@ -83,7 +83,7 @@ def decide(graph: Mapping[str, Mapping[str, Any]], states: Mapping[str, Mapping[
 
 def pending_inbox_batches(root: Path, known: Iterable[str]) -> list[str]:
     """Inbox files the sensor would register as new batches (a read-only preview: nothing is moved or staged)."""
-    from training_assets.inbox import scan_inbox
+    from training_assets.inbox import scan_inbox  # pyarrow: ~0.3 s, the server builds without it
 
     return [b.batch_id for b in scan_inbox(known_batch_ids=known, root=root, reject=False).new]
 
@@ -94,9 +94,10 @@ def training_plan(asset: str, train_fields: Mapping[str, Any], root: Path, limit
     cannot be computed yet (the dataset is not built). The same ``prepare_job`` → ``run_training``
     path the asset takes, with ``execute=False``: it reads the dataset and the upstream manifest and
     writes nothing."""
-    from training_assets.trainers.jobs import prepare_job, run_training
-    from training_assets.checkpoint_manifest import read_manifest
-    from training_assets.training_data import read_dataset_info
+    # the trainers and datasets import pyarrow (~0.4 s): the server builds without them
+    from training_assets.checkpoint_manifest import read_manifest  # pyarrow
+    from training_assets.trainers.jobs import prepare_job, run_training  # pyarrow, dagster_pipes
+    from training_assets.training_data import read_dataset_info  # pyarrow
 
     training = kinds.kind_of_checkpoint(asset)
     dataset, upstream = training.dataset, training.upstream

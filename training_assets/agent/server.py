@@ -27,8 +27,12 @@ from mcp_types import ToolAnnotations
 from pydantic import TypeAdapter, ValidationError
 
 from training_assets.agent import personas
+from training_assets.agent.graph_map import EVAL_REPORTS
+from training_assets.agent.runs import make_backend
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools import TOOLS
+from training_assets.agent.tools import observe as observe_tools, registry as registry_tools
+from training_assets.agent.tools.base import blocking
 
 SKILL_PATH = Path(__file__).resolve().parent / "skills" / "train_model" / "SKILL.md"
 WORKFLOW_PATH = Path(__file__).resolve().parent / "workflows" / "train_model.yaml"
@@ -124,22 +128,16 @@ async def _lifespan(server: TrainingAssetsServer) -> AsyncIterator[dict[str, Any
 
 
 def _register_resources(server: TrainingAssetsServer) -> None:
-    from training_assets.agent.tools.base import blocking
-
     rt = server.runtime
 
     @server.resource("training-assets://assets", name="asset_catalog", mime_type="application/json",
                      description="Every asset: last materialisation, data version, stale status, check results.")
     async def asset_catalog() -> str:
-        from training_assets.agent.tools.observe import _list
-
-        return (await blocking(_list, rt, None, None)).model_dump_json(indent=2)
+        return (await blocking(observe_tools._list, rt, None, None)).model_dump_json(indent=2)
 
     @server.resource("training-assets://eval-reports/{report}", name="eval_report", mime_type="application/json",
                      description="An eval report (sft_eval_report, dpo_eval_report, grpo_eval_report, merged_eval_report).")
     async def eval_report(report: str) -> str:
-        from training_assets.agent.graph_map import EVAL_REPORTS
-
         if report not in EVAL_REPORTS.values():
             raise ResourceError(f"unknown eval report {report!r}; one of {sorted(EVAL_REPORTS.values())}")
         path = rt.root / report / "report.json"
@@ -150,9 +148,7 @@ def _register_resources(server: TrainingAssetsServer) -> None:
     @server.resource("training-assets://registry", name="registry_versions", mime_type="application/json",
                      description="Every registered model version and the roles it serves.")
     async def registry_versions() -> str:
-        from training_assets.agent.tools.registry import _list
-
-        return (await blocking(_list, rt, "agent-model")).model_dump_json(indent=2)
+        return (await blocking(registry_tools._list, rt, "agent-model")).model_dump_json(indent=2)
 
     @server.resource("training-assets://workflows/train_model", name="train_model_workflow", mime_type="text/yaml",
                      description="The train_model workflow: stages, owners, assets and gates.")
@@ -185,8 +181,6 @@ def build_server(persona: str | None = None, dagster_url: str | None = None,
     """The server for one persona (only its tools) or for every tool (``persona=None``)."""
     tools = tuple(TOOLS) if persona is None else personas.load_persona(persona).tools
     if runtime is None:
-        from training_assets.agent.runs import make_backend
-
         runtime = Runtime(backend=make_backend(dagster_url), persona=persona, dagster_url=dagster_url)
     instructions = INSTRUCTIONS
     if persona is not None:

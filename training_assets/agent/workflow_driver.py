@@ -44,8 +44,7 @@ def workflow_dir(root: Path, workflow_id: str) -> Path:
 
 
 def _save(root: Path, report: WorkflowReport) -> None:
-    # Deferred: storage imports pyarrow (~0.6 s), and the MCP server imports this module at start.
-    from training_assets.storage import write_json_atomic
+    from training_assets.storage import write_json_atomic  # pyarrow: ~0.3 s, the MCP server imports this module at start
 
     write_json_atomic(workflow_dir(root, report.workflow_id or "") / "report.json",
                       report.model_dump(mode="json", exclude={"current_run"}))

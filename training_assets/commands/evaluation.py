@@ -25,11 +25,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from training_assets import paths
+from training_assets import evaluation, paths
+from training_assets.checkpoint_loading import resolve_checkpoint
+from training_assets.checkpoint_manifest import MANIFEST_FILE, folder_manifest, read_manifest_file
 from training_assets.commands import emit, fail
 from training_assets.commands._options import add_model_options, model_from_args
+from training_assets.deploy import DeploymentError, DeploymentTarget
+from training_assets.evaluation import DEFAULT_CASES, load_eval_report
 from training_assets.evaluation.settings import RUN_FIELDS, EvalSettings, GateThresholds
+from training_assets.lineage import Lineage, LineageError, collect_lineage
+from training_assets.registry import ModelRegistry, RegistryError, promotion_verdict
 from training_assets.settings import fields_model
+from training_assets.tracking import default_tracking_uri
 
 EVAL_RUN_FIELDS = fields_model(EvalSettings, RUN_FIELDS)
 
@@ -47,15 +54,10 @@ def _checkpoint(arg: str, root: str | None) -> tuple[Path, str | None]:
 
 
 def _registry(args: argparse.Namespace) -> Any:
-    from training_assets.registry import ModelRegistry
-    from training_assets.tracking import default_tracking_uri
-
     return ModelRegistry(args.tracking_uri or default_tracking_uri(args.root), args.model_name)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from training_assets import evaluation
-
     try:
         run = model_from_args(EVAL_RUN_FIELDS, args).model_dump()
         if args.no_benchmarks:
@@ -83,13 +85,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _register(args: argparse.Namespace) -> int:
-    from training_assets.deploy import DeploymentError, DeploymentTarget
-    from training_assets.evaluation import load_eval_report
-    from training_assets.lineage import Lineage, LineageError, collect_lineage
-    from training_assets.registry import RegistryError, promotion_verdict
-    from training_assets.checkpoint_loading import resolve_checkpoint
-    from training_assets.checkpoint_manifest import MANIFEST_FILE, folder_manifest, read_manifest_file
-
     try:
         folder, asset = _checkpoint(args.checkpoint, args.root)
         if (folder / MANIFEST_FILE).is_file():
@@ -124,9 +119,6 @@ def _describe(entry: Any) -> str:
 
 
 def _registry_verb(args: argparse.Namespace) -> int:
-    from training_assets.deploy import DeploymentError, DeploymentTarget
-    from training_assets.registry import RegistryError
-
     registry = _registry(args)
     try:
         if args.action == "list":
@@ -158,8 +150,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from training_assets.evaluation import DEFAULT_CASES
-
     p = subparsers.add_parser("evaluate", help="reliability suite (+ lm-eval offline) on a checkpoint; exit 1 if the gate fails")
     p.add_argument("checkpoint", help="checkpoint asset key (e.g. merged_adapter) or folder (manifest, HF or PEFT dir)")
     p.add_argument("--cases", default=str(DEFAULT_CASES), help="eval cases JSONL (default: the shipped suite)")

@@ -17,7 +17,8 @@ import argparse
 import logging
 import os
 
-from training_assets.agent.http import TOKEN_ENV, is_loopback
+from training_assets.agent import personas
+from training_assets.agent.http import TOKEN_ENV, is_loopback, serve_http
 from training_assets.commands import emit, fail
 
 def _mcp(args: argparse.Namespace) -> int:
@@ -25,12 +26,10 @@ def _mcp(args: argparse.Namespace) -> int:
     if args.transport == "streamable-http" and not is_loopback(args.host) and not token:
         return fail(f"refusing to serve on {args.host}, which is not a loopback address, without a bearer token: "
                     f"set {TOKEN_ENV} (every request must then send it), or bind 127.0.0.1")
-    from training_assets.agent import personas
-
     if args.persona and args.persona not in personas.persona_names():
         return fail(f"--persona {args.persona!r}: choose one of {', '.join(personas.persona_names())}")
     if args.list_tools:
-        from training_assets.agent.server import describe_tools
+        from training_assets.agent.server import describe_tools  # mcp: ~0.7 s, not on --help
 
         rows = describe_tools()
         if args.persona:
@@ -38,7 +37,7 @@ def _mcp(args: argparse.Namespace) -> int:
             rows = [r for r in rows if r["name"] in allowed]
         emit(args, rows, "\n".join(f"{r['name']:<24} {r['kind']:<12} {r['title']}" for r in rows))
         return 0
-    from training_assets.agent.server import build_server
+    from training_assets.agent.server import build_server  # mcp: ~0.7 s, not on --help
 
     # Dagster's SQLite storage logs every schema check at INFO; on stdio that all lands on stderr
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -46,8 +45,6 @@ def _mcp(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         server.run("stdio")
     else:
-        from training_assets.agent.http import serve_http
-
         serve_http(server, args.host, args.port, token)
     return 0
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from training_assets.commands import emit, fail
+from training_assets.training_data import score_reward
+from training_assets.training_data.common import as_trace_record, prompt_length
 
 
 def _parse_weights(pairs: list[str] | None) -> dict[str, float] | None:
@@ -43,8 +45,6 @@ def _completion(row: Any, line_no: int) -> dict[str, Any]:
     if "completion" in row and "messages" not in row and "trace_id" not in row:
         return {"id": str(row.get("id", f"line-{line_no}")), "completion": row["completion"],
                 "success": row.get("success"), "expected_answer": row.get("expected_answer")}
-    from training_assets.training_data.common import as_trace_record, prompt_length
-
     trace = as_trace_record(row, line_no)
     return {"id": trace.trace_id, "completion": trace.messages[prompt_length(trace.messages):],
             "success": trace.success, "expected_answer": trace.expected_answer}
@@ -66,8 +66,6 @@ def _read(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _compose_reward(args: argparse.Namespace) -> int:
-    from training_assets.training_data import score_reward
-
     path = Path(args.file)
     if not path.is_file():
         return fail(f"compose-reward: {path}: no such file")

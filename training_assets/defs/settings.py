@@ -6,15 +6,15 @@
 Each ``dg.Config`` field takes the model field's type (``Literal`` choices become the launchpad's
 drop-downs, a typo is refused before launch), its help text and its default; an asset may change a
 default for the demo (a tiny model on CPU), and only the fields it lets users set are exposed.
-Constraints (``ge``, ``gt``, ...) stay with the library model, which validates the values when the
-asset builds it from the config. A field that is itself a model (``GrpoSpec.vllm: VllmSpec | None``)
+The model's constraints (``ge``, ``gt``, ``min_length``, ...) come along, so an out-of-range value is
+refused when the config is built (an MCP plan, the launchpad's run), not when the asset runs. A field that is itself a model (``GrpoSpec.vllm: VllmSpec | None``)
 becomes a nested config derived the same way (``Optional`` when the model allows None), so
 ``model_dump`` hands the library the nested dict it takes.
 """
 
 from collections.abc import Mapping, Sequence
 from types import NoneType, UnionType
-from typing import Any, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
 import dagster as dg
 import pydantic
@@ -63,8 +63,10 @@ def _fields(owner: str, spec: type[BaseModel], names: Sequence[str], defaults: M
         if nested_model is not None:
             out[name] = _nested_field(owner, name, *nested_model, default, info.description)
             continue
-        out[name] = (_config_type(info.annotation), Field(list(default) if isinstance(default, tuple) else default,
-                                                         description=info.description))
+        kind = _config_type(info.annotation)
+        if info.metadata:  # the model's bounds (ge, le, min_length, ...): an out-of-range value fails before launch
+            kind = Annotated[kind, *info.metadata]
+        out[name] = (kind, Field(list(default) if isinstance(default, tuple) else default, description=info.description))
     return out
 
 

@@ -29,7 +29,7 @@ DEFAULT_BENCHMARKS = ("ta_held_out_traces", "ta_held_out_perplexity")
 def lm_eval_available() -> tuple[bool, str]:
     """Whether EleutherAI lm-eval can be imported, with the reason when not."""
     try:
-        import lm_eval  # noqa: F401
+        import lm_eval  # noqa: F401  (the eval extra: only probed, seconds to import)
     except ImportError as exc:
         return False, f"lm-eval is not installed ({exc}); install it with: pip install 'training-assets[eval]'"
     return True, "lm-eval available"

@@ -43,16 +43,13 @@ class LocalRuns:
 
     @cached_property
     def _catalog(self) -> Any:
-        # Deferred: importing dagster and loading the Definitions takes seconds, which the MCP
-        # server's start must not wait for.
-        from training_assets.orchestration import catalog
+        from training_assets.orchestration import catalog  # dagster and the Definitions: seconds; the MCP server starts without them
 
         return catalog
 
     @cached_property
     def _runs(self) -> Any:
-        # Deferred for the same reason as _catalog (local_runs imports dagster).
-        from training_assets.orchestration import local_runs
+        from training_assets.orchestration import local_runs  # dagster: seconds; the MCP server starts without it
 
         return local_runs
 

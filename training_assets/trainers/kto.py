@@ -1,6 +1,6 @@
 """Kahneman-Tversky Optimisation (Ethayarajh et al. 2024, https://arxiv.org/abs/2402.01306).
 
-Examples are ``unpaired_preferences`` rows: ``prompt`` and ``completion`` (JSON messages) and
+Examples are ``binary_feedback`` rows: ``prompt`` and ``completion`` (JSON messages) and
 ``label`` (True: desirable). Each is encoded as prompt + completion; only the completion's
 assistant tokens count in the sequence log-prob. The loss is ``objectives.kto_loss``: each
 example's policy/reference log-ratio against the reference point z0, a KL estimate.
@@ -87,7 +87,7 @@ class KTOTrainer(TrainerBase):
             row_id = str(e.get("id", i))
             if not isinstance(e.get("label"), bool):
                 raise ValueError(f"kto: example {row_id}: label is {e.get('label')!r}; it must be true (desirable) or "
-                                 "false (undesirable), as unpaired_preferences writes it")
+                                 "false (undesirable), as binary_feedback writes it")
             prompt, completion = as_messages(e["prompt"]), as_messages(e["completion"])
             prompt_ids = encode_prompt(tokenizer, prompt)
             encoded = encode_completion(tokenizer, prompt, completion, self.config.max_seq_len, prompt_ids)

@@ -58,7 +58,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "pretrain_windows": pa.schema([
         ("input_ids", _IDS), ("position_ids", _IDS), ("doc_ids", _IDS), ("labels", _IDS), _BATCHES,
     ]),
-    "unpaired_preferences": pa.schema([
+    "binary_feedback": pa.schema([
         ("id", pa.string()), ("task_id", pa.string()), ("prompt", pa.string()), ("completion", pa.string()),
         ("label", pa.bool_()), _BATCHES,
     ]),

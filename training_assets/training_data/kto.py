@@ -19,7 +19,7 @@ from training_assets.training_data.common import (
 )
 
 
-def build_unpaired_preferences(traces: Iterable[Trace | Mapping[str, Any]], max_per_task: int = 8) -> BuildResult:
+def build_binary_feedback(traces: Iterable[Trace | Mapping[str, Any]], max_per_task: int = 8) -> BuildResult:
     """Rows ``{id, task_id, prompt, completion, label, source_batches}``, one per usable trace.
 
     ``traces``: trace dicts, ``raw_traces``/``selected_traces`` rows or ``Trace``s. A trace with no

@@ -16,16 +16,18 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 from pydantic import BaseModel
 
+from training_assets.data_engine import corpus_version, load_curated_corpus
 from training_assets.data_engine.decontam import decontaminate
 from training_assets.settings import GrpoConfig, KtoConfig, PreferenceConfig, PretrainConfig, SftConfig
 from training_assets.storage import canonical_json
+from training_assets.tokenizer_trainer import chat_template_hash, load_tokenizer, tokenizer_hash
 from training_assets.training_data import held_out as held_out_lib
 from training_assets.training_data import selection
 from training_assets.training_data.common import BuildResult, has_completion
@@ -34,7 +36,7 @@ from training_assets.training_data.io import (
     DatasetInfo, read_dataset_table, reusable, rows_to_table, windows_to_table, write_dataset,
 )
 from training_assets.training_data.packing import IGNORE_INDEX, pack_sequences
-from training_assets.training_data.kto import build_unpaired_preferences
+from training_assets.training_data.kto import build_binary_feedback
 from training_assets.training_data.preferences import build_preference_pairs
 from training_assets.training_data.rewards import completion_messages, compose_reward
 from training_assets.training_data.sft import build_sft_examples
@@ -84,8 +86,6 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 
 def _tokenizer_key(tokenizer: Any, root: Path) -> dict[str, str]:
-    from training_assets.tokenizer_trainer import chat_template_hash, tokenizer_hash
-
     return {"tokenizer_hash": tokenizer_hash(root), "chat_template_hash": chat_template_hash(tokenizer)}
 
 
@@ -171,8 +171,6 @@ def window_batches(doc_ids: np.ndarray, doc_batches: Sequence[str | None]) -> li
 
 
 def build_sft_dataset(root: str | os.PathLike[str], config: SftConfig | None = None) -> DatasetReport:
-    from training_assets.tokenizer_trainer import load_tokenizer
-
     root, config = Path(root), config or SftConfig()
     tokenizer = load_tokenizer(root)
     traces, version, held_out = _load_selected(root)
@@ -229,16 +227,16 @@ def build_preference_dataset(root: str | os.PathLike[str], config: PreferenceCon
 def build_kto_dataset(root: str | os.PathLike[str], config: KtoConfig | None = None) -> DatasetReport:
     root, config = Path(root), config or KtoConfig()
     traces, version, held_out = _load_selected(root)
-    key = {**_base_key("unpaired_preferences", root, config), **version}
+    key = {**_base_key("binary_feedback", root, config), **version}
 
     def build() -> tuple[pa.Table, dict[str, Any]]:
-        result = build_unpaired_preferences(traces, config.max_per_task)
+        result = build_binary_feedback(traces, config.max_per_task)
         desirable = sum(r["label"] for r in result.rows)
         stats = {"examples": len(result.rows), "desirable": desirable, "undesirable": len(result.rows) - desirable,
                  "tasks": len({r["task_id"] for r in result.rows}), **_skip_stats(result, traces)}
-        return rows_to_table("unpaired_preferences", result.rows), stats
+        return rows_to_table("binary_feedback", result.rows), stats
 
-    info, reused, rows = _finish("unpaired_preferences", key, root, build)
+    info, reused, rows = _finish("binary_feedback", key, root, build)
     checks = [
         _empty_check(rows, "id", lambda r: [r["completion"]]),
         held_out_overlap_check({r["id"]: messages_plain_text(r["prompt"], r["completion"]) for r in rows}, held_out),
@@ -276,9 +274,6 @@ def build_grpo_dataset(root: str | os.PathLike[str], config: GrpoConfig | None =
 
 
 def build_pretrain_dataset(root: str | os.PathLike[str], config: PretrainConfig | None = None) -> DatasetReport:
-    from training_assets.data_engine import corpus_version, load_curated_corpus
-    from training_assets.tokenizer_trainer import load_tokenizer
-
     root, config = Path(root), config or PretrainConfig()
     tokenizer = load_tokenizer(root)
     key = {**_base_key("pretrain_windows", root, config), "corpus_version": corpus_version(root),
@@ -339,7 +334,7 @@ BUILDERS: dict[str, DatasetBuilder] = {
         build_pretrain_dataset, PretrainConfig, ("curated_corpus", "held_out_sets", "tokenizer"),
         ("no_cross_document_loss", "no_held_out_overlap"),
         "The curated corpus tokenised and packed into fixed windows with per-document positions and labels."),
-    "unpaired_preferences": DatasetBuilder(
+    "binary_feedback": DatasetBuilder(
         build_kto_dataset, KtoConfig, ("selected_traces", "held_out_sets"),
         ("no_empty_completions", "no_held_out_overlap"),
         "Every kept trace once (single attempts too): prompt, completion and label desirable = outcome.success."),

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets import ingest, paths
+from training_assets.data_engine.corpus import CORPUS_ASSET, DECISIONS_FILE as CORPUS_DECISIONS, VERSION_FILE
 from training_assets.storage import atomic_dir, fingerprint, sha256_file, write_json_atomic, write_parquet
 
 SELECTION_ASSET = "selected_traces"
@@ -77,8 +78,6 @@ class SelectionReport:
 
 
 def _corpus_inputs(root: Path) -> tuple[str, dict[str, str], pl.DataFrame]:
-    from training_assets.data_engine.corpus import CORPUS_ASSET, DECISIONS_FILE as CORPUS_DECISIONS, VERSION_FILE
-
     folder = paths.asset_dir(CORPUS_ASSET, root)
     if not (folder / VERSION_FILE).is_file():
         raise FileNotFoundError(f"{folder / VERSION_FILE} not found: materialise curated_corpus first "

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context
+from pydantic import ValidationError
 
 from training_assets.agent import graph_map
 from training_assets.agent.errors import AgentError, ToolInputError
@@ -35,8 +36,6 @@ TOOL_TAG = "training_assets/tool"
 
 def validate_config(rt: Runtime, per_asset: dict[str, dict[str, Any]], where: str = "config") -> None:
     """Type and range checks by each asset's own ``dg.Config`` class, before anything launches."""
-    from pydantic import ValidationError
-
     for asset, values in per_asset.items():
         cls = rt.backend.config_class(asset)
         if cls is None:

@@ -53,7 +53,7 @@ async def decontaminate_corpus(ctx: Context, config: ConfigArg = None, options: 
 
 
 def _lineage(rt: Runtime, record_id: str | None, asset: str | None) -> LineageResult:
-    from training_assets import data_engine
+    from training_assets import data_engine  # numba and pyarrow: ~1 s, the server builds without them
 
     out = LineageResult()
     if record_id:
@@ -121,7 +121,7 @@ class ScoredCompletion(BaseModel):
 
 
 def _reward_preview(completions: list[ScoredCompletion] | None, weights: dict[str, float] | None) -> dict[str, Any]:
-    from training_assets.training_data import rewards
+    from training_assets.training_data import rewards  # pyarrow: ~0.3 s, the server builds without it
 
     try:  # scoring nothing validates the weights and returns them as the reward engine uses them
         checked = rewards.score_reward([], weights, success=[], expected_answer=[]).weights

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
+import anyio
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
@@ -94,10 +96,6 @@ async def get_run(ctx: Context, run_id: RunIdArg,
 
 async def wait_workflow(ctx: Context, rt: Runtime, workflow_id: str, wait_s: float) -> RunLookup:
     """Wait for a workflow, one progress unit per stage (plus the current run's step fraction)."""
-    import time
-
-    import anyio
-
     deadline, best = time.monotonic() + wait_s, 0.0
     while True:
         report = await blocking(_workflow, rt, workflow_id)

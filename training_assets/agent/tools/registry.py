@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from training_assets import paths
 from training_assets.agent import graph_map
 from training_assets.agent.errors import AgentError, ToolInputError
 from training_assets.agent.models import ActionResult, GateVerdict, ModelEntry, Options, RegistryList, RegistryVersion, RollbackResult
@@ -61,17 +62,17 @@ async def evaluate_checkpoint(ctx: Context, checkpoint: Annotated[Checkpoint, Fi
 
 
 def _registry(rt: Runtime, model_name: str) -> Any:
-    from training_assets.registry import ModelRegistry
+    from training_assets.registry import ModelRegistry  # pyarrow: ~0.3 s, the server builds without it
 
     uri = tracking_uri(rt.root)
     return None if uri is None else ModelRegistry(uri, model_name)
 
 
 def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
-    from training_assets import paths
-    from training_assets.evaluation.report import load_eval_report
-    from training_assets.registry import RegistryError, promotion_verdict
-    from training_assets.checkpoint_manifest import read_manifest
+    # pyarrow (~0.3 s) under each: the server builds without them
+    from training_assets.checkpoint_manifest import read_manifest  # pyarrow
+    from training_assets.evaluation.report import load_eval_report  # pyarrow
+    from training_assets.registry import RegistryError, promotion_verdict  # pyarrow
 
     manifest = read_manifest(rt.root, "merged_adapter")
     ok, reason = promotion_verdict(load_eval_report(paths.asset_dir("merged_eval_report", rt.root)), manifest)
@@ -126,7 +127,7 @@ def _entry(definition: Any) -> ModelEntry:
 
 
 def _pick(rt: Runtime, role: str, model_name: str) -> ModelEntry:
-    from training_assets.registry import RegistryError
+    from training_assets.registry import RegistryError  # pyarrow: ~0.3 s, the server builds without it
 
     registry = _registry(rt, model_name)
     if registry is None:
@@ -147,7 +148,7 @@ async def pick_for_role(ctx: Context, role: Annotated[str, Field(description="A 
 
 
 def _rollback(rt: Runtime, role: str, to_version: int | None, model_name: str, execute: bool) -> RollbackResult:
-    from training_assets.registry import RegistryError
+    from training_assets.registry import RegistryError  # pyarrow: ~0.3 s, the server builds without it
 
     registry = _registry(rt, model_name)
     if registry is None:
