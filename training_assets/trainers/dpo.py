@@ -24,7 +24,7 @@ from typing import Any
 
 from training_assets.trainers.base import TrainerBase
 from training_assets.trainers.modeling_refs import reference_context
-from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
+from training_assets.trainers.pairs import encode_pairs, pair_tokens
 
 REF_LOGPS_FILE = "ref_logps.json"
 
@@ -39,27 +39,10 @@ class DPOTrainer(TrainerBase):
         self.reference: Any = None
 
     def example_tokens(self, example: dict[str, Any]) -> int:
-        if "chosen_input_ids" in example:
-            return (len(example["chosen_input_ids"]) + len(example["rejected_input_ids"])) // 2
-        text = sum(len(str(m.get("content") or "")) for key in ("prompt", "chosen", "rejected") for m in as_messages(example[key]))
-        return text // 8  # ≈ 4 chars per token, two sequences share the prompt
+        return pair_tokens(example)
 
     def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
-        rows = []
-        for i, e in enumerate(examples):
-            prompt = as_messages(e["prompt"])
-            prompt_ids = encode_prompt(tokenizer, prompt)  # once for both sides
-            chosen = encode_completion(tokenizer, prompt, as_messages(e["chosen"]), self.config.max_seq_len, prompt_ids)
-            rejected = encode_completion(tokenizer, prompt, as_messages(e["rejected"]), self.config.max_seq_len, prompt_ids)
-            if chosen is None or rejected is None:
-                side = "chosen" if chosen is None else "rejected"
-                self.skipped.append({"id": str(e.get("id", i)), "reason": f"{side} has no assistant tokens within max_seq_len"})
-                continue
-            rows.append({"id": str(e.get("id", i)), "chosen": chosen[:2], "rejected": rejected[:2]})
-        if not rows:
-            raise ValueError(f"dpo: none of {len(examples)} pairs has trainable tokens on both sides "
-                             f"(max_seq_len={self.config.max_seq_len}); first reasons: {self.skipped[:3]}")
-        return rows
+        return encode_pairs("dpo", examples, tokenizer, self.config.max_seq_len, self.skipped)
 
     def result_extra(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}

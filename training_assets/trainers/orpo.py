@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from training_assets.trainers.base import TrainerBase
-from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
+from training_assets.trainers.pairs import encode_pairs, pair_tokens
 
 # the per-micro-batch means reported in the result, in the order loss() stacks them
 METRICS = ("chosen_rewards", "rejected_rewards", "reward_accuracy", "log_odds", "nll")
@@ -39,25 +39,10 @@ class ORPOTrainer(TrainerBase):
         self.metrics: list[Any] = []  # one detached (len(METRICS),) tensor per micro-batch: no host sync per step
 
     def example_tokens(self, example: dict[str, Any]) -> int:
-        text = sum(len(str(m.get("content") or "")) for key in ("prompt", "chosen", "rejected") for m in as_messages(example[key]))
-        return text // 8  # ≈ 4 chars per token, two sequences share the prompt
+        return pair_tokens(example)
 
     def prepare(self, examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
-        rows = []
-        for i, e in enumerate(examples):
-            prompt = as_messages(e["prompt"])
-            prompt_ids = encode_prompt(tokenizer, prompt)  # once for both sides
-            chosen = encode_completion(tokenizer, prompt, as_messages(e["chosen"]), self.config.max_seq_len, prompt_ids)
-            rejected = encode_completion(tokenizer, prompt, as_messages(e["rejected"]), self.config.max_seq_len, prompt_ids)
-            if chosen is None or rejected is None:
-                side = "chosen" if chosen is None else "rejected"
-                self.skipped.append({"id": str(e.get("id", i)), "reason": f"{side} has no assistant tokens within max_seq_len"})
-                continue
-            rows.append({"id": str(e.get("id", i)), "chosen": chosen[:2], "rejected": rejected[:2]})
-        if not rows:
-            raise ValueError(f"orpo: none of {len(examples)} pairs has trainable tokens on both sides "
-                             f"(max_seq_len={self.config.max_seq_len}); first reasons: {self.skipped[:3]}")
-        return rows
+        return encode_pairs("orpo", examples, tokenizer, self.config.max_seq_len, self.skipped)
 
     def result_extra(self) -> dict[str, Any]:
         import torch  # torch: import-time stays torch-free
