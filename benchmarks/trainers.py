@@ -432,7 +432,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds per trainer on each side, before the timed ones")
-    parser.add_argument("--kinds", default="sft,dpo,orpo,grpo")
+    parser.add_argument("--kinds", default="sft,dpo,kto,orpo,grpo")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per side (0 = torch default)")
     parser.add_argument("--no-bare", action="store_true", help="skip the run_loop vs bare loop comparison")
     parser.add_argument("--loop-steps", type=int, default=36,
