@@ -66,7 +66,7 @@ class KtoConfig(BaseModel):
         "At most this many traces per task, successes first (caps how much one task weighs)."))
 
 
-# dataset asset -> the settings of its builder (training_data.pipeline.BUILDERS holds the builders)
+# dataset asset -> the settings of its builder (training_data.builders.BUILDERS holds the builders)
 DATASET_SETTINGS: dict[str, type[BaseModel]] = {
     "sft_dataset": SftConfig, "preference_pairs": PreferenceConfig, "grpo_groups": GrpoConfig,
     "pretrain_windows": PretrainConfig,

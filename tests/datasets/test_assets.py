@@ -8,7 +8,7 @@ from training_assets.defs.datasets import assets as dataset_assets
 from training_assets.defs.resources import DataRoot
 from training_assets.defs.tokenizer import assets as tokenizer_assets
 from training_assets import kinds
-from training_assets.training_data import pipeline, read_dataset_info
+from training_assets.training_data import builders, read_dataset_info
 
 DATASETS = ["sft_dataset", "preference_pairs", "grpo_groups", "pretrain_windows"]
 
@@ -23,7 +23,7 @@ def test_materialise_tokenizer_and_datasets_with_checks(sample_root, tmp_path):
                             instance=dg.DagsterInstance.ephemeral())
     assert result.success
     checks = result.get_asset_check_evaluations()
-    dataset_checks = sum(len(pipeline.BUILDERS[d].checks) for d in kinds.DATASETS)
+    dataset_checks = sum(len(builders.BUILDERS[d].checks) for d in kinds.DATASETS)
     assert len(checks) == 4 + dataset_checks and all(c.passed for c in checks)  # the tokenizer's 4, each builder's
     versions = {m.asset_key.to_user_string(): m for m in result.get_asset_materialization_events()}
     assert (root / "tokenizer" / "tokenizer.json").is_file()

@@ -9,21 +9,21 @@ import pytest
 from training_assets import cli, tokenizer_trainer
 from training_assets.storage import sha256_file
 from training_assets.training_data import (
+    builders,
     dataset_path,
     load_grpo_groups,
     load_preference_pairs,
     load_pretrain_windows,
     load_selection_decisions,
     load_sft_dataset,
-    pipeline,
     selection_version,
 )
 
 BUILDERS = {
-    "sft_dataset": pipeline.build_sft_dataset,
-    "preference_pairs": pipeline.build_preference_dataset,
-    "grpo_groups": pipeline.build_grpo_dataset,
-    "pretrain_windows": pipeline.build_pretrain_dataset,
+    "sft_dataset": builders.build_sft_dataset,
+    "preference_pairs": builders.build_preference_dataset,
+    "grpo_groups": builders.build_grpo_dataset,
+    "pretrain_windows": builders.build_pretrain_dataset,
 }
 COLUMNS = {
     "sft_dataset": {"id", "task_id", "messages", "input_ids", "assistant_mask", "n_tokens", "source_batches"},
@@ -58,7 +58,7 @@ def test_every_dataset_is_non_empty_passes_its_checks_and_keeps_the_contract(bui
 
 def test_held_out_tasks_planted_in_the_traces_do_not_reach_any_dataset(built):
     root, reports = built
-    held = {e.text for e in pipeline.held_out_lib.held_out_examples(root)}
+    held = {e.text for e in builders.held_out_lib.held_out_examples(root)}
     texts = [r["messages"] for r in load_sft_dataset(root)] + [r["prompt"] for r in load_grpo_groups(root)]
     assert not [t for t in texts for h in held if h in t]
     decisions = load_selection_decisions(root).to_pylist()
@@ -82,19 +82,19 @@ def test_same_inputs_give_byte_identical_files_and_versions(built, sample_root, 
 
 def test_unchanged_key_reuses_and_changed_config_or_tokenizer_gives_new_version(built, tmp_path):
     root, reports = built
-    assert pipeline.build_grpo_dataset(root).reused
-    dr_grpo = pipeline.build_grpo_dataset(root, pipeline.GrpoConfig(scale_rewards="none"))
+    assert builders.build_grpo_dataset(root).reused
+    dr_grpo = builders.build_grpo_dataset(root, builders.GrpoConfig(scale_rewards="none"))
     assert not dr_grpo.reused and dr_grpo.data_version != reports["grpo_groups"].data_version
     assert dr_grpo.info.key["config"]["scale_rewards"] == "none"
     # a damaged file is rebuilt, not trusted
     dataset_path("pretrain_windows", root).write_bytes(b"not parquet")
-    assert not pipeline.build_pretrain_dataset(root).reused
+    assert not builders.build_pretrain_dataset(root).reused
     # a new tokenizer changes the key of the tokenised datasets
     key_before = reports["sft_dataset"].info.key
     rows = [{"id": str(i), "text": r["messages"]} for i, r in enumerate(load_sft_dataset(root))]
     tokenizer_trainer.build_tokenizer(rows, "other-corpus", tokenizer_trainer.TokenizerConfig(vocab_size=700),
                                       tokenizer_trainer.tokenizer_dir(root))
-    rebuilt = pipeline.build_sft_dataset(root)
+    rebuilt = builders.build_sft_dataset(root)
     assert not rebuilt.reused and rebuilt.info.key["tokenizer_hash"] != key_before["tokenizer_hash"]
     assert rebuilt.info.key["chat_template_hash"] == key_before["chat_template_hash"]
 
@@ -147,9 +147,9 @@ def test_cli_plans_the_tokenizer_then_trains_it_with_execute_and_reuses_it(built
 
 def test_held_out_overlap_check_catches_a_prompt_inside_json_messages(built):
     root, _ = built
-    held = pipeline.held_out_lib.held_out_examples(root)
+    held = builders.held_out_lib.held_out_examples(root)
     leaked = json.dumps([{"role": "user", "content": held[0].text}, {"role": "assistant", "content": "ok"}])
-    outcome = pipeline.held_out_overlap_check({"leak": pipeline.messages_plain_text(leaked), "fine": "nothing shared"}, held)
+    outcome = builders.held_out_overlap_check({"leak": builders.messages_plain_text(leaked), "fine": "nothing shared"}, held)
     assert not outcome.passed and [o["id"] for o in outcome.details["overlaps"]] == ["leak"]
 
 

@@ -4,7 +4,7 @@ import json
 import random
 import shutil
 
-from training_assets.training_data import pipeline
+from training_assets.training_data import builders
 from training_assets.training_data.kto import build_binary_feedback
 
 
@@ -37,11 +37,11 @@ def test_traces_without_a_completion_or_over_the_cap_are_skipped_with_the_reason
 def test_the_dataset_is_built_from_selected_traces_checked_and_reused(sample_root, tmp_path):
     root = tmp_path / "data"
     shutil.copytree(sample_root, root)
-    report = pipeline.build_kto_dataset(root)
-    assert [c.name for c in report.checks] == list(pipeline.BUILDERS["binary_feedback"].checks)
+    report = builders.build_kto_dataset(root)
+    assert [c.name for c in report.checks] == list(builders.BUILDERS["binary_feedback"].checks)
     assert all(c.passed for c in report.checks), report.checks
     stats = report.info.stats
     assert stats["examples"] == report.info.rows > 0 and stats["desirable"] + stats["undesirable"] == stats["examples"]
     assert stats["desirable"] > 0 and stats["undesirable"] > 0
-    again = pipeline.build_kto_dataset(root)
+    again = builders.build_kto_dataset(root)
     assert again.reused and again.data_version == report.data_version

@@ -8,12 +8,12 @@ import pytest
 
 from training_assets import data_engine, inbox, ingest, paths, sample_traces, tokenizer_trainer
 from training_assets.training_data import (
+    builders,
     contributing_batches,
     load_grpo_groups,
     load_preference_pairs,
     load_pretrain_windows,
     load_sft_dataset,
-    pipeline,
     selection,
 )
 
@@ -52,9 +52,9 @@ def lineage_root(tmp_path_factory):
     rows = data_engine.load_curated_corpus(root).select(["id", "text"]).to_pylist()
     tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), tokenizer_trainer.TokenizerConfig(600),
                                       tokenizer_trainer.tokenizer_dir(root))
-    for build in (pipeline.build_sft_dataset, pipeline.build_preference_dataset, pipeline.build_grpo_dataset,
-                  pipeline.build_pretrain_dataset):
-        build(root, pipeline.PretrainConfig(window=64)) if build is pipeline.build_pretrain_dataset else build(root)
+    for build in (builders.build_sft_dataset, builders.build_preference_dataset, builders.build_grpo_dataset,
+                  builders.build_pretrain_dataset):
+        build(root, builders.PretrainConfig(window=64)) if build is builders.build_pretrain_dataset else build(root)
     return root, ids
 
 
@@ -104,4 +104,4 @@ def test_limit_counts_only_the_first_rows_as_a_limited_training_run_does(lineage
 
 def test_window_batches_skip_padding_and_documents_without_a_batch():
     doc_ids = np.array([[0, 0, 1, 1], [1, 2, -1, -1], [3, 3, 3, 3]], dtype=np.int32)
-    assert pipeline.window_batches(doc_ids, ["b1", "b2", None, "b1"]) == [["b1", "b2"], ["b2"], ["b1"]]
+    assert builders.window_batches(doc_ids, ["b1", "b2", None, "b1"]) == [["b1", "b2"], ["b2"], ["b1"]]

@@ -1,7 +1,7 @@
 """CLI options derived from a library settings model, so a default and its help are declared once.
 
-    add_model_options(parser, pipeline.GrpoConfig)          # --scale-rewards {group,none}, --min-pass-rate X, ...
-    config = model_from_args(pipeline.GrpoConfig, args)     # only the options given; the model's defaults otherwise
+    add_model_options(parser, builders.GrpoConfig)          # --scale-rewards {group,none}, --min-pass-rate X, ...
+    config = model_from_args(builders.GrpoConfig, args)     # only the options given; the model's defaults otherwise
 
 Each field becomes ``--field-name``: a ``Literal`` offers its choices, a bool is
 ``--name/--no-name``, a list of strings takes ``a,b`` (or JSON), a dict or other list JSON. Options left out are not passed to the model, so

@@ -77,10 +77,10 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _build(kind: str, root: Any, args: argparse.Namespace) -> Any:
-    from training_assets.training_data import pipeline  # polars, pyarrow, the tokenizer stack: ~4 s, only to build
+    from training_assets.training_data import builders  # polars, pyarrow, the tokenizer stack: ~4 s, only to build
 
     dataset = KINDS[kind].dataset
-    return pipeline.BUILDERS[dataset].build(root, model_from_args(DATASET_SETTINGS[dataset], args))
+    return builders.BUILDERS[dataset].build(root, model_from_args(DATASET_SETTINGS[dataset], args))
 
 
 def _build_dataset(args: argparse.Namespace) -> int:

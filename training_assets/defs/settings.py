@@ -1,7 +1,7 @@
 """Dagster run configs derived from the library's settings models, so a field is declared once.
 
-    SftDatasetConfig = spec_config("SftDatasetConfig", pipeline.SftConfig)
-    pipeline.SftConfig(**config.model_dump())        # back to the library's model at the asset boundary
+    SftDatasetConfig = spec_config("SftDatasetConfig", builders.SftConfig)
+    builders.SftConfig(**config.model_dump())        # back to the library's model at the asset boundary
 
 Each ``dg.Config`` field takes the model field's type (``Literal`` choices become the launchpad's
 drop-downs, a typo is refused before launch), its help text and its default; an asset may change a

@@ -18,7 +18,7 @@ from training_assets.defs.automation import BATCH_ASSET, follow_condition
 from training_assets.defs.metadata import counts_table, table
 from training_assets.defs.resources import DataRoot
 from training_assets.defs.settings import spec_config
-from training_assets.training_data import pipeline, selection
+from training_assets.training_data import builders, selection
 
 CURATED_CHECK = "every_trace_curated"
 FOLLOW = follow_condition()
@@ -64,7 +64,7 @@ def _specs(asset: str, names: list[str]) -> list[dg.AssetCheckSpec]:
     return [dg.AssetCheckSpec(n, asset=asset, blocking=True, description=CHECK_DESCRIPTIONS[n]) for n in names]
 
 
-def _result(report: pipeline.DatasetReport) -> dg.MaterializeResult:
+def _result(report: builders.DatasetReport) -> dg.MaterializeResult:
     info = report.info
     stats = dict(info.stats)
     skipped = stats.pop("builder_skipped", {})
@@ -90,14 +90,14 @@ def _result(report: pipeline.DatasetReport) -> dg.MaterializeResult:
 
 
 def dataset_asset(asset: str) -> dg.AssetsDefinition:
-    """One training dataset asset from its builder (``pipeline.BUILDERS``): config, inputs and checks derived."""
-    builder = pipeline.BUILDERS[asset]
+    """One training dataset asset from its builder (``builders.BUILDERS``): config, inputs and checks derived."""
+    builder = builders.BUILDERS[asset]
     config_class = spec_config(f"{builder.config.__name__}Run", builder.config)
 
     def build(config: config_class, data_root: DataRoot) -> dg.MaterializeResult:  # type: ignore[valid-type]
         return _result(builder.build(data_root.root(), builder.config(**config.model_dump())))
 
-    return dg.asset(name=asset, group_name="datasets", code_version=pipeline.DATASETS_VERSION,
+    return dg.asset(name=asset, group_name="datasets", code_version=builders.DATASETS_VERSION,
                     automation_condition=FOLLOW, kinds={"parquet"}, deps=list(builder.inputs),
                     check_specs=_specs(asset, list(builder.checks)), description=builder.description)(build)
 
