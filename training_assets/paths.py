@@ -86,7 +86,8 @@ def confine_path(path: str | os.PathLike[str], field: str, root: str | os.PathLi
                      f"({os.pathsep!r}-separated)")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP address; any other name may resolve to an outside address."""
     if host == "localhost":
         return True
     try:
@@ -116,7 +117,7 @@ def confine_ray_address(address: str, field: str) -> str:
     if address in ("auto", "local"):
         return address
     host = ray_host(address)
-    if host and (_is_loopback(host) or host in allowed_ray_hosts()):
+    if host and (is_loopback(host) or host in allowed_ray_hosts()):
         return address
     raise ValueError(f"{field}: Ray cluster {address!r} is not on loopback, on the $RAY_ADDRESS host or on a host of "
                      f"${RAY_HOSTS_ENV}; the operator adds its host to ${RAY_HOSTS_ENV} (comma-separated), "

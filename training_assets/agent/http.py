@@ -3,25 +3,15 @@
 ``serve_http`` binds the server's Starlette app with uvicorn; with a token every request must
 carry ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235; the token compared in
 constant time), otherwise 401. Callers refuse a non-loopback bind address without a token
-(``is_loopback``).
+(``paths.is_loopback``).
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from typing import Any
 
 TOKEN_ENV = "TRAINING_ASSETS_MCP_TOKEN"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # any other host name may resolve to an outside address
 
 
 def bearer_token(header: bytes) -> bytes | None:

@@ -18,8 +18,9 @@ import logging
 import os
 
 from training_assets.agent import personas
-from training_assets.agent.http import TOKEN_ENV, is_loopback, serve_http
+from training_assets.agent.http import TOKEN_ENV, serve_http
 from training_assets.commands import emit, fail
+from training_assets.paths import is_loopback
 
 def _mcp(args: argparse.Namespace) -> int:
     token = os.environ.get(TOKEN_ENV) or None

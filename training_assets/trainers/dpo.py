@@ -17,13 +17,11 @@ tensors: building and planning the trainer imports no torch.
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
 from typing import Any
 
 from training_assets.trainers.base import TrainerBase
-from training_assets.trainers.modeling_refs import reference_context
+from training_assets.trainers.modeling_refs import frozen_copy, precompute_reference_logps, reference_context
 from training_assets.trainers.pairs import encode_pairs, pair_tokens
 
 REF_LOGPS_FILE = "ref_logps.json"
@@ -48,38 +46,25 @@ class DPOTrainer(TrainerBase):
         return {"skipped": list(self.skipped)}
 
     def _pair_tensors(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from training_assets.trainers.modeling import ones_mask, pad_rows  # torch: planning stays torch-free
+        from training_assets.trainers.modeling import pad_sequences  # torch: planning stays torch-free
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        seqs = [r["chosen"] for r in rows] + [r["rejected"] for r in rows]  # (2B): chosen first
-        ids = pad_rows([s[0] for s in seqs], pad_id)
-        return {"input_ids": ids, "attention_mask": ones_mask([len(s[0]) for s in seqs], ids.shape[1]),
-                "loss_mask": pad_rows([s[1] for s in seqs], 0)}
+        return pad_sequences([r["chosen"] for r in rows] + [r["rejected"] for r in rows], pad_id)  # (2B): chosen first
 
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
         """Reference log-probs of every pair, once (or set up the per-step reference)."""
-        import torch  # torch: import-time stays torch-free
-
         from training_assets.trainers.modeling import sequence_logps  # torch: planning stays torch-free
 
         if not self.config.dpo.precompute_ref_logps:
-            if not hasattr(model, "peft_config"):
-                self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = frozen_copy(model)
             return
-        was_training = model.training
-        model.eval()
-        with torch.inference_mode(), reference_context(model):
-            for start in range(0, len(rows), self.config.batch_size):
-                chunk = rows[start:start + self.config.batch_size]
-                t = self._pair_tensors(chunk)
-                logps = sequence_logps(model, t["input_ids"], t["attention_mask"], t["loss_mask"], "torch").cpu()
-                for j, r in enumerate(chunk):
-                    r["ref_chosen"], r["ref_rejected"] = float(logps[j]), float(logps[len(chunk) + j])
-        model.train(was_training)
-        out = Path(self.config.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / REF_LOGPS_FILE).write_text(json.dumps(
-            {r["id"]: [r["ref_chosen"], r["ref_rejected"]] for r in rows}, indent=1, sort_keys=True))
+
+        def paired(m: Any, chunk: list[dict[str, Any]]) -> Any:
+            t = self._pair_tensors(chunk)
+            return sequence_logps(m, t["input_ids"], t["attention_mask"], t["loss_mask"], "torch")
+
+        precompute_reference_logps(model, rows, self.config.batch_size, paired, ("ref_chosen", "ref_rejected"),
+                                   Path(self.config.output_dir) / REF_LOGPS_FILE)
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
         import torch  # torch: import-time stays torch-free

@@ -26,14 +26,13 @@ tensors: building and planning the trainer imports no torch.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from training_assets.trainers.base import TrainerBase
-from training_assets.trainers.modeling_refs import reference_context
+from training_assets.trainers.modeling_refs import frozen_copy, precompute_reference_logps, reference_context
 from training_assets.trainers.sft import as_messages, encode_completion, encode_prompt
 
 REF_LOGPS_FILE = "ref_logps.json"
@@ -115,12 +114,9 @@ class KTOTrainer(TrainerBase):
         return {"skipped": list(self.skipped), **{k: list(v) for k, v in self.logged.items()}}
 
     def _tensors(self, seqs: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
-        from training_assets.trainers.modeling import ones_mask, pad_rows  # torch: planning stays torch-free
+        from training_assets.trainers.modeling import pad_sequences  # torch: planning stays torch-free
 
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = pad_rows([s[0] for s in seqs], pad_id)
-        return {"input_ids": ids, "attention_mask": ones_mask([len(s[0]) for s in seqs], ids.shape[1]),
-                "loss_mask": pad_rows([s[1] for s in seqs], 0)}
+        return pad_sequences(seqs, self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
 
     def _logps(self, model: Any, t: dict[str, Any]) -> Any:
         from training_assets.trainers.modeling import sequence_logps  # torch: planning stays torch-free
@@ -129,25 +125,14 @@ class KTOTrainer(TrainerBase):
 
     def before_loop(self, model: Any, rows: list[dict[str, Any]]) -> None:
         """Reference log-probs of every example and its KL pair, once (or set up the per-step reference)."""
-        import torch  # torch: import-time stays torch-free
-
         if not self.config.kto.precompute_ref_logps:
-            if not hasattr(model, "peft_config"):
-                self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = frozen_copy(model)
             return
-        was_training = model.training
-        model.eval()
-        with torch.inference_mode(), reference_context(model):
-            for start in range(0, len(rows), self.config.batch_size):
-                chunk = rows[start:start + self.config.batch_size]
-                # one forward over both sequences of each row (2B): the examples first, then their KL pairs
-                logps = self._logps(model, self._tensors([r["seq"] for r in chunk] + [r["kl"] for r in chunk])).cpu()
-                for j, r in enumerate(chunk):
-                    r["ref"], r["ref_kl"] = float(logps[j]), float(logps[len(chunk) + j])
-        model.train(was_training)
-        out = Path(self.config.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / REF_LOGPS_FILE).write_text(json.dumps({r["id"]: [r["ref"], r["ref_kl"]] for r in rows}, indent=1, sort_keys=True))
+        # one forward over both sequences of each row (2B): the examples first, then their KL pairs
+        precompute_reference_logps(
+            model, rows, self.config.batch_size,
+            lambda m, chunk: self._logps(m, self._tensors([r["seq"] for r in chunk] + [r["kl"] for r in chunk])),
+            ("ref", "ref_kl"), Path(self.config.output_dir) / REF_LOGPS_FILE)
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
         import torch  # torch: import-time stays torch-free

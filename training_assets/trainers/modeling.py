@@ -106,6 +106,13 @@ def ones_mask(lengths: Sequence[int], length: int | None = None) -> torch.Tensor
     return (torch.arange(length or int(n.max()))[None, :] < n[:, None]).long()
 
 
+def pad_sequences(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """(input_ids, loss_mask) pairs as one right-padded batch: input_ids, attention_mask, loss_mask, each (B, T)."""
+    ids = pad_rows([s[0] for s in seqs], pad_id)
+    return {"input_ids": ids, "attention_mask": ones_mask([len(s[0]) for s in seqs], ids.shape[1]),
+            "loss_mask": pad_rows([s[1] for s in seqs], 0)}
+
+
 def forward_logits(model: Any, batch: dict[str, Any]) -> torch.Tensor:
     """(B, T, V) logits for a batch with input_ids and either attention_mask or doc_ids/position_ids."""
     device = device_of(model)

@@ -51,16 +51,14 @@ class ORPOTrainer(TrainerBase):
         return {"skipped": list(self.skipped), **dict(zip(METRICS, columns, strict=True))}
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        from training_assets.trainers.modeling import ones_mask, pad_rows  # torch: planning stays torch-free
+        from training_assets.trainers.modeling import pad_sequences  # torch: planning stays torch-free
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         seqs = [r["chosen"] for r in rows] + [r["rejected"] for r in rows]  # (2B): chosen first
-        ids = pad_rows([s[0] for s in seqs], pad_id)
-        loss_mask = pad_rows([s[1] for s in seqs], 0)
-        return {"input_ids": ids, "attention_mask": ones_mask([len(s[0]) for s in seqs], ids.shape[1]),
-                "loss_mask": loss_mask, "n_tokens": sum(len(s[0]) for s in seqs), "weight": float(len(rows)),
+        batch = pad_sequences(seqs, pad_id)
+        return {**batch, "n_tokens": sum(len(s[0]) for s in seqs), "weight": float(len(rows)),
                 # completion tokens per sequence: the targets sequence_logps sums (position t predicts t+1)
-                "n_completion": loss_mask[:, 1:].sum(dim=1)}
+                "n_completion": batch["loss_mask"][:, 1:].sum(dim=1)}
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
         import torch  # torch: import-time stays torch-free
