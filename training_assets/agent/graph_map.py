@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import glob
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,17 +108,22 @@ def to_run_config(tool: str, config: Mapping[str, Any] | None, graph: Mapping[st
     training = tool in TRAINING_TOOLS
     out: dict[str, dict[str, Any]] = {a: {} for a in assets}
     for name, value in flat.items():
-        if name in accepted:
-            out[accepted[name]][name] = value
-            continue
-        if training and name in GRAPH_OWNED:
-            raise ToolInputError(f"config.{name}", f"set by the asset graph ({GRAPH_OWNED[name]}); remove it")
-        if training and name in _train_config_names():
-            raise ToolInputError(f"config.{name}", f"a TrainConfig field that {assets[-1]} does not expose; "
-                                 f"it takes {sorted(accepted)}")
-        hint = f"; did you mean {_closest(name, accepted)}?" if _closest(name, accepted) else ""
-        raise ToolInputError(f"config.{name}", f"unknown field for {tool}{hint} (accepted: {sorted(accepted)})")
+        if name not in accepted:
+            raise ToolInputError(f"config.{name}", unknown_field_reason(tool, name, accepted, assets[-1]))
+        out[accepted[name]][name] = value
     return {a: v for a, v in out.items() if v}
+
+
+def unknown_field_reason(tool: str, name: str, accepted: Iterable[str], target: str | None = None) -> str:
+    """Why ``tool``'s config refuses field ``name``, and the fix (a graph-owned field, a close name, the list)."""
+    accepted = sorted(accepted)
+    if tool in TRAINING_TOOLS and name in GRAPH_OWNED:
+        return f"set by the asset graph ({GRAPH_OWNED[name]}); remove it"
+    if tool in TRAINING_TOOLS and name in _train_config_names():
+        return f"a TrainConfig field that {target or TRAINING_TOOLS[tool]} does not expose; it takes {accepted}"
+    closest = _closest(name, dict.fromkeys(accepted))
+    hint = f"; did you mean {closest}?" if closest else ""
+    return f"unknown field for {tool}{hint} (accepted: {accepted})"
 
 
 def asset_run_config(asset: str, config: Mapping[str, Any] | None, graph: Mapping[str, Any],

@@ -4,7 +4,9 @@
     team = load_team()                        # model_training_team: members, lead, workflow
     persona.system_prompt()                   # what an LLM driving this persona is told
 
-A persona's ``tools`` is the whole of what ``training-assets mcp --persona NAME`` exposes.
+A persona's ``tools`` is the whole of what ``training-assets mcp --persona NAME`` exposes: the
+training tools of the kinds it owns (``training_assets.kinds``: a new kind needs no YAML edit),
+then the tools its YAML lists.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from training_assets import kinds
 
 PERSONA_DIR = Path(__file__).resolve().parent / "personas"
 TEAM_NAME = "model_training_team"
@@ -52,7 +56,9 @@ def load_persona(name: str) -> Persona:
     path = PERSONA_DIR / f"{name}.yaml"
     if name == TEAM_NAME or not path.is_file():
         raise KeyError(f"unknown persona {name!r}; choose one of {list(persona_names())}")
-    return Persona(**yaml.safe_load(path.read_text(encoding="utf-8")))
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    owned = [k.tool for k in kinds.KINDS.values() if k.persona == name]
+    return Persona(**{**raw, "tools": tuple(dict.fromkeys([*owned, *raw.get("tools", ())]))})
 
 
 @lru_cache(maxsize=None)

@@ -11,10 +11,8 @@ thread once the server is serving, and on the first tool call that needs them ot
 
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
-import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,15 +22,16 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from training_assets.agent import personas
+from training_assets.agent import graph_map, personas
 from training_assets.agent.graph_map import EVAL_REPORTS
 from training_assets.agent.runs import make_backend
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools import TOOLS
 from training_assets.agent.tools import observe as observe_tools, registry as registry_tools
 from training_assets.agent.tools.base import blocking
+from training_assets.agent.tools.schemas import fields_at, input_model
 
 SKILL_PATH = Path(__file__).resolve().parent / "skills" / "train_model" / "SKILL.md"
 WORKFLOW_PATH = Path(__file__).resolve().parent / "workflows" / "train_model.yaml"
@@ -57,27 +56,20 @@ def _validation_line(tool: str, error: ValidationError) -> str:
     err = error.errors()[0]
     field = ".".join(str(p) for p in err["loc"]) or "arguments"
     if err["type"] == "extra_forbidden":
+        if err["loc"][:1] == ("config",) and len(err["loc"]) >= 2:
+            where, name = [str(p) for p in err["loc"][1:-1]], str(err["loc"][-1])
+            return f"{field}: {graph_map.unknown_field_reason(tool, name, fields_at(input_model(tool), where))}"
         return f"{field}: unknown field of {tool}'s arguments; remove it (the tool's input schema lists the fields)"
     got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
     return f"{field}: {err['msg']}{got}; fix it and call {tool} again"
 
 
-@functools.lru_cache(maxsize=None)
-def _output_schema(model: type) -> dict[str, Any]:
-    return TypeAdapter(model).json_schema()
-
-
 def _sdk_tool(name: str) -> Tool:
-    """The SDK's Tool for one of ours, its output schema computed once per output model: fourteen
-    tools return ActionResult, and deriving that schema per tool was most of the server's start-up
-    (FuncMetadata reads ``output_model`` / ``output_schema`` live, so setting them is supported)."""
+    """The SDK's Tool for one of ours: its typed signature is the input schema, its return model the
+    output schema (structured output, as the SDK derives it)."""
     spec = TOOLS[name]
-    tool = Tool.from_function(spec.fn, name=name, title=spec.title, annotations=_annotations(spec.kind, spec.title),
-                              structured_output=False)
-    model = typing.get_type_hints(spec.fn)["return"]
-    tool.fn_metadata.output_model = model
-    tool.fn_metadata.output_schema = _output_schema(model)
-    return tool
+    return Tool.from_function(spec.fn, name=name, title=spec.title, annotations=_annotations(spec.kind, spec.title),
+                              structured_output=True)
 
 
 class TrainingAssetsServer(MCPServer):

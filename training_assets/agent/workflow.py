@@ -10,6 +10,8 @@ its gate is the blocking asset check named in the YAML. Executing is ``workflow_
 
 from __future__ import annotations
 
+import dataclasses
+import string
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from training_assets import kinds
 from training_assets.agent import graph_map
 from training_assets.agent.errors import ToolInputError
 from training_assets.agent.models import GateVerdict, StageReport, Task, WorkflowReport
@@ -80,13 +83,47 @@ class ResolvedStage(BaseModel):
     gates: list[Gate] = Field(default_factory=list)
 
 
+def _fill(template: Any, kind: kinds.TrainingKind, where: str) -> Any:
+    """``template`` with ``{attr}`` replaced by the kind's names (``{checkpoint}`` -> ``dpo_checkpoint``)."""
+    if isinstance(template, dict):
+        return {k: _fill(v, kind, where) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, kind, where) for v in template]
+    if not isinstance(template, str):
+        return template
+    names = {f.name: getattr(kind, f.name) for f in dataclasses.fields(kind)}
+    missing = [n for n in string.Formatter().parse(template) if n[1] and names.get(n[1]) is None]
+    if missing:
+        raise ValueError(f"{where}: kind {kind.name} has no {missing[0][1]}; leave it out of the choices")
+    return template.format(**names)
+
+
+def _expand_kinds(raw: dict[str, Any]) -> dict[str, Any]:
+    """Task keys with ``kinds_except`` choose among the kinds table's kinds; stages with ``each_kind``
+    get one variant per choice of their ``choose`` key, filled from the kind's row."""
+    task = {key: dict(meta) for key, meta in (raw.get("task") or {}).items()}
+    for meta in task.values():
+        if "kinds_except" in meta:
+            left_out = meta.pop("kinds_except")
+            meta["choices"] = [k for k in kinds.KIND_NAMES if k not in left_out]
+    stages = []
+    for stage in raw.get("stages") or ():
+        stage = dict(stage)
+        if "each_kind" in stage:
+            template = stage.pop("each_kind")
+            choices = task.get(stage.get("choose") or "", {}).get("choices", ())
+            stage["variants"] = {c: _fill(template, kinds.kind(c), f"stage {stage['name']}") for c in choices}
+        stages.append(stage)
+    return {**raw, "task": task, "stages": stages}
+
+
 @lru_cache(maxsize=None)
 def load_workflow(name: str = "train_model") -> WorkflowSpec:
     path = WORKFLOW_DIR / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in WORKFLOW_DIR.glob("*.yaml"))
         raise ToolInputError("name", f"unknown workflow {name!r}; choose one of {known}")
-    return WorkflowSpec(**yaml.safe_load(path.read_text(encoding="utf-8")))
+    return WorkflowSpec(**_expand_kinds(yaml.safe_load(path.read_text(encoding="utf-8"))))
 
 
 def parse_task(spec: WorkflowSpec, task: dict[str, Any] | None, graph: dict[str, Any]) -> Task:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from training_assets.agent import graph_map
 from training_assets.agent.errors import AgentError, ToolInputError
@@ -27,6 +27,7 @@ from training_assets.agent.planning import ancestors, decide, pending_inbox_batc
 from training_assets.agent.runs import run_report
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.base import blocking, runtime
+from training_assets.agent.tools.schemas import overrides
 from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG, PLANNED_STEPS_TAG, TERMINAL
 
 Scope = Literal["ancestors", "target"]
@@ -55,8 +56,10 @@ def _config_fields(tool: str, assets: tuple[str, ...], graph: dict[str, Any]) ->
             for name, asset in sorted(accepted.items())}
 
 
-def plan_action(rt: Runtime, tool: str, config: dict[str, Any] | None, assets: tuple[str, ...] | None = None,
-                scope: Scope = "ancestors") -> ActionResult:
+def plan_action(rt: Runtime, tool: str, config: BaseModel | Mapping[str, Any] | None,
+                assets: tuple[str, ...] | None = None, scope: Scope = "ancestors") -> ActionResult:
+    """What ``tool`` would materialise with ``config`` (its typed input: only the fields set override)."""
+    config = overrides(config)
     graph = rt.backend.graph()
     assets = assets or graph_map.tool_target(tool)
     per_asset = graph_map.to_run_config(tool, config, graph, assets)
@@ -192,7 +195,7 @@ async def finish(ctx: Context, rt: Runtime, result: ActionResult, options: Optio
     return result
 
 
-async def run_action(ctx: Context, tool: str, config: dict[str, Any] | None, options: Options | None,
+async def run_action(ctx: Context, tool: str, config: BaseModel | Mapping[str, Any] | None, options: Options | None,
                      assets: tuple[str, ...] | None = None, scope: Scope = "ancestors",
                      details: Callable[[Runtime, ActionResult], dict[str, Any]] | None = None) -> ActionResult:
     rt = runtime(ctx)

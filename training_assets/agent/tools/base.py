@@ -1,7 +1,8 @@
 """The tool registry and what every tool shares: errors as one line, the runtime, blocking work off the loop.
 
     @tool("plan", "Train an SFT checkpoint")
-    async def train_sft(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult: ...
+    async def train_sft(ctx: Context, config: config_arg("train_sft") = None, options: OptionsArg = None
+                        ) -> ActionResult: ...
 
 ``kind`` is ``read`` (annotated read-only), ``plan`` (materialises assets when executed, plans by
 default; the same inputs give the same data versions) or ``operate`` (registers, rolls back, runs
@@ -25,14 +26,22 @@ from pydantic import Field
 from training_assets.agent.errors import AgentError
 from training_assets.agent.models import Options
 from training_assets.agent.runtime import Runtime
+from training_assets.agent.tools import schemas
 
 log = logging.getLogger("training_assets.agent")
 ToolKind = Literal["read", "plan", "operate"]
 T = TypeVar("T")
 
-ConfigArg = Annotated[dict[str, Any] | None, Field(description=(
-    "Config fields of the asset(s) this tool materialises (training tools: TrainConfig fields such as max_steps, "
-    "batch_size, lr, lora {r, alpha}). A plan lists every accepted field with its default under config_fields."))]
+CONFIG_HELP = ("Config fields of the asset(s) this tool materialises (training tools: TrainConfig fields such as "
+               "max_steps, batch_size, lr, lora {r, alpha}); a field left out keeps its default. A plan lists every "
+               "accepted field with the default it runs with under config_fields.")
+
+
+def config_arg(tool_name: str) -> Any:
+    """The ``config`` parameter's type for ``tool_name``: its typed input model (``schemas.INPUTS``), optional."""
+    return Annotated[schemas.input_model(tool_name) | None, Field(description=CONFIG_HELP)]
+
+
 OptionsArg = Annotated[Options | None, Field(description='{"execute": false} by default: plan only. '
                                                          '{"execute": true, "wait_s": 0} launches the run(s).')]
 

@@ -14,8 +14,16 @@ from training_assets.agent.models import ActionResult, AssetStep, LineageResult
 from training_assets.agent.planning import ancestors
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.actions import producer_hint, run_action
-from training_assets.agent.tools.base import ConfigArg, OptionsArg, blocking, runtime, tool
+from training_assets.agent.tools.base import OptionsArg, blocking, config_arg, runtime, tool
 from training_assets.agent.tools.observe import asset_state
+from training_assets.agent.tools.schemas import overrides
+
+CurateConfig = config_arg("curate_corpus")
+DedupConfig = config_arg("dedup_corpus")
+DecontamConfig = config_arg("decontaminate_corpus")
+TokenizerConfigArg = config_arg("train_tokenizer")
+DatasetConfig = config_arg("build_training_dataset")
+RewardConfig = config_arg("compose_reward")
 
 
 def _corpus_facts(rt: Runtime, result: ActionResult) -> dict[str, Any]:
@@ -25,7 +33,7 @@ def _corpus_facts(rt: Runtime, result: ActionResult) -> dict[str, Any]:
 
 
 @tool("plan", "Curate the corpus")
-async def curate_corpus(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+async def curate_corpus(ctx: Context, config: CurateConfig = None, options: OptionsArg = None) -> ActionResult:
     """Materialise curated_corpus: every trace batch rendered to text, normalised, quality-filtered,
     deduplicated (exact + MinHash/LSH) and decontaminated against the held-out sets, each record kept
     or dropped with a reason. New inbox batches are ingested first (one run each, local instance).
@@ -35,7 +43,7 @@ async def curate_corpus(ctx: Context, config: ConfigArg = None, options: Options
 
 
 @tool("plan", "Deduplicate the corpus")
-async def dedup_corpus(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+async def dedup_corpus(ctx: Context, config: DedupConfig = None, options: OptionsArg = None) -> ActionResult:
     """Re-run the corpus dedup with new settings (method minhash|cosine, threshold, and the blocking
     dedup-rate bounds): materialises curated_corpus. The MinHash shingling (ngram, num_perm, seed) is
     the deployment's `minhash` resource, shared with the per-batch signatures, not a tool setting. The plan shows the current
@@ -44,7 +52,7 @@ async def dedup_corpus(ctx: Context, config: ConfigArg = None, options: OptionsA
 
 
 @tool("plan", "Decontaminate the corpus")
-async def decontaminate_corpus(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+async def decontaminate_corpus(ctx: Context, config: DecontamConfig = None, options: OptionsArg = None) -> ActionResult:
     """Re-run decontamination against the held-out eval sets: held_out_sets paths/fields and the
     n-gram index settings (decontam_ngram, decontam_min_ngram); materialises held_out_sets (when its
     config is given) and curated_corpus. Held-out paths must lie under the data root or a folder of
@@ -93,7 +101,7 @@ async def dataset_lineage(ctx: Context, record_id: Annotated[str | None, Field(d
 
 
 @tool("plan", "Train the tokenizer")
-async def train_tokenizer(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+async def train_tokenizer(ctx: Context, config: TokenizerConfigArg = None, options: OptionsArg = None) -> ActionResult:
     """Materialise the tokenizer: byte-level BPE on the curated corpus with role and tool tokens and the
     chat template (vocab_size, min_frequency, max_chars, held_back_fraction, seed). Plans by default."""
     return await run_action(ctx, "train_tokenizer", config, options)
@@ -105,7 +113,7 @@ DatasetKind = Literal[tuple(graph_map.DATASET_KINDS)]
 @tool("plan", "Build a training dataset")
 async def build_training_dataset(ctx: Context, kind: Annotated[DatasetKind, Field(description=", ".join(
                                      f"{name} -> {dataset}" for name, dataset in graph_map.DATASET_KINDS.items()))],
-                                 config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+                                 config: DatasetConfig = None, options: OptionsArg = None) -> ActionResult:
     """Materialise one training dataset from the traces (and the tokenizer): SFT examples, DPO
     preference pairs, GRPO groups with group-normalised advantages, or packed pretrain windows.
     Plans by default."""
@@ -137,13 +145,13 @@ def _reward_preview(completions: list[ScoredCompletion] | None, weights: dict[st
 
 
 @tool("plan", "Compose the GRPO reward")
-async def compose_reward(ctx: Context, config: ConfigArg = None,
+async def compose_reward(ctx: Context, config: RewardConfig = None,
                          completions: Annotated[list[ScoredCompletion] | None, Field(description=(
                              "Completions to score with the composed reward (a preview; optional)."))] = None,
                          options: OptionsArg = None) -> ActionResult:
     """Compose the composite GRPO reward from weighted components (success, answer, tool_json,
     efficiency, length): config {"reward_weights": {...}, "scale_rewards": "group"|"none"}. The plan
     scores the given completions with it; executed, grpo_groups is rebuilt with these rewards."""
-    weights = (config or {}).get("reward_weights")
+    weights = (overrides(config) or {}).get("reward_weights")
     preview = await blocking(_reward_preview, completions, weights)
     return await run_action(ctx, "compose_reward", config, options, details=lambda rt, r: {"reward": preview})

@@ -19,9 +19,11 @@ from training_assets.agent.errors import AgentError, ToolInputError
 from training_assets.agent.models import ActionResult, GateVerdict, ModelEntry, Options, RegistryList, RegistryVersion, RollbackResult
 from training_assets.agent.runtime import Runtime, tracking_uri
 from training_assets.agent.tools.actions import finish, plan_action
-from training_assets.agent.tools.base import ConfigArg, OptionsArg, blocking, runtime, tool
+from training_assets.agent.tools.base import OptionsArg, blocking, config_arg, runtime, tool
 
 Checkpoint = Literal[tuple(graph_map.EVAL_REPORTS)]  # every gated checkpoint: one per kind with a gate, and the merge
+EvalConfig = config_arg("evaluate_checkpoint")
+RegisterConfig = config_arg("register_model")
 ModelNameArg = Annotated[str, Field(description="MLflow registered model holding the role aliases.")]
 
 
@@ -39,7 +41,7 @@ def _verdict(rt: Runtime, report: str, state: dict[str, Any]) -> GateVerdict:
 @tool("plan", "Evaluate a checkpoint (gate verdict)")
 async def evaluate_checkpoint(ctx: Context, checkpoint: Annotated[Checkpoint, Field(description=(
                                   "The checkpoint asset to evaluate; its eval report's blocking check is the gate."))],
-                              config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+                              config: EvalConfig = None, options: OptionsArg = None) -> ActionResult:
     """Materialise the checkpoint's eval report (reliability suite + lm-eval offline) and return the
     gate verdict: passed, or every failing metric against its threshold. Thresholds are config fields
     (min_pass_rate, min_category_pass_rate, max_bpb_vs_uniform, max_bits_per_byte, max_regression).
@@ -93,7 +95,7 @@ def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
 
 
 @tool("operate", "Register the merged model for its role")
-async def register_model(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+async def register_model(ctx: Context, config: RegisterConfig = None, options: OptionsArg = None) -> ActionResult:
     """Materialise registry_entry: register merged_adapter in the MLflow registry for its role (role,
     served_model_name, base_url, model_name) once merged_eval_report's promotion gate passed for this
     very checkpoint; moves the role's alias (what serves traffic). Idempotent per checkpoint.

@@ -7,20 +7,26 @@ one Dagster run whose checkpoint step trains in a Pipes subprocess.
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp.server.mcpserver import Context
 
 from training_assets import kinds
 from training_assets.agent.models import ActionResult
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.tools.actions import run_action
-from training_assets.agent.tools.base import ConfigArg, OptionsArg, tool
+from training_assets.agent.tools.base import OptionsArg, config_arg, tool
+
+MergeConfig = config_arg("merge_adapters_ties")
 
 
 def _training_tool(kind: kinds.TrainingKind) -> None:
     """Declare ``kind.tool``: a plan-by-default tool that materialises the kind's checkpoint asset."""
 
-    async def train(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+    async def train(ctx: Context, config: Any = None, options: OptionsArg = None) -> ActionResult:
         return await run_action(ctx, kind.tool, config, options)
+
+    train.__annotations__["config"] = config_arg(kind.tool)  # the kind's typed config (TrainConfig and its spec)
 
     start = f"starting from {kind.upstream}" if kind.upstream else "from random init"
     upstream_gate = kinds.kind_of_checkpoint(kind.upstream).gate if kind.upstream else None
@@ -29,8 +35,9 @@ def _training_tool(kind: kinds.TrainingKind) -> None:
     train.__name__ = train.__qualname__ = kind.tool
     train.__doc__ = (f"Materialise {kind.checkpoint}: {kind.summary}, {start}, trained on {kind.dataset}.{gates} "
                      "Config: TrainConfig fields (max_steps, batch_size, grad_accum, lr, warmup_steps, max_seq_len, "
-                     f"precision, lora {{r, alpha}}, save_steps, seed, kernel_backend, torch_threads; dpo {...} / grpo {...} hold those kinds' own options) plus "
-                     "num_processes and limit_examples; a plan lists every field with its default. Plans by default.")
+                     "precision, lora {r, alpha}, save_steps, seed, kernel_backend, torch_threads"
+                     + (f"; {kind.spec} {{...}}: this kind's own options" if kind.spec else "") + ") plus num_processes, "
+                     "launcher and limit_examples; a plan lists every field with its default. Plans by default.")
     tool("plan", f"Train {kind.checkpoint} ({kind.name})")(train)
 
 
@@ -45,7 +52,7 @@ def _adapters(rt: Runtime, result: ActionResult) -> dict:
 
 
 @tool("plan", "TIES-merge the adapters")
-async def merge_adapters_ties(ctx: Context, config: ConfigArg = None, options: OptionsArg = None) -> ActionResult:
+async def merge_adapters_ties(ctx: Context, config: MergeConfig = None, options: OptionsArg = None) -> ActionResult:
     """Materialise merged_adapter: the TIES merge (trim, elect sign, disjoint mean) of the DPO and GRPO
     LoRA adapters as they are (density, dpo_weight, grpo_weight). Both adapters must have been
     materialised (train_dpo, train_grpo). Plans by default."""
