@@ -26,7 +26,7 @@ from pydantic import Field
 from training_assets.agent.errors import AgentError
 from training_assets.agent.models import Options
 from training_assets.agent.runtime import Runtime
-from training_assets.agent.tools import schemas
+from training_assets.agent.tools.schemas import input_model
 
 log = logging.getLogger("training_assets.agent")
 ToolKind = Literal["read", "plan", "operate"]
@@ -39,7 +39,7 @@ CONFIG_HELP = ("Config fields of the asset(s) this tool materialises (training t
 
 def config_arg(tool_name: str) -> Any:
     """The ``config`` parameter's type for ``tool_name``: its typed input model (``schemas.INPUTS``), optional."""
-    return Annotated[schemas.input_model(tool_name) | None, Field(description=CONFIG_HELP)]
+    return Annotated[input_model(tool_name) | None, Field(description=CONFIG_HELP)]
 
 
 OptionsArg = Annotated[Options | None, Field(description='{"execute": false} by default: plan only. '
