@@ -22,13 +22,14 @@ ASSET_KEYS = sorted([
     "base_checkpoint", "sft_checkpoint", "dpo_checkpoint", "grpo_checkpoint", "kto_checkpoint", "orpo_checkpoint",
     "merged_adapter",
     "sft_eval_report", "dpo_eval_report", "grpo_eval_report", "kto_eval_report", "orpo_eval_report",
-    "merged_eval_report",
+    "merged_eval_report", "agentic_eval_report",
     "registry_entry",
 ])
+ROOT_ASSETS = ["base_model"]  # the pretrained weights (or random init): a root of its own, beside the traces
 
 
 def test_every_asset_is_reachable_from_the_traces():
-    """One connected lineage: every asset descends from raw_traces or the held-out sets."""
+    """One connected lineage: every asset descends from raw_traces or the held-out sets (base_model is a root)."""
     graph = defs.resolve_asset_graph()
     roots = {dg.AssetKey("raw_traces"), dg.AssetKey("held_out_sets")}
     reached = set(roots)
@@ -39,7 +40,7 @@ def test_every_asset_is_reachable_from_the_traces():
 
 
 def test_asset_key_snapshot():
-    assert sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()) == ASSET_KEYS
+    assert sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()) == sorted(ASSET_KEYS + ROOT_ASSETS)
 
 
 def test_every_training_dataset_reads_the_one_selection_of_traces():

@@ -129,6 +129,17 @@ def folder_manifest(checkpoint_dir: str | os.PathLike[str], tokenizer_dir: str |
         data_version=checkpoint_data_version(checkpoint_dir, {}))
 
 
+def adopted_manifest(asset: str, model_dir: str | os.PathLike[str], tokenizer_dir: str | os.PathLike[str],
+                     data_versions: Mapping[str, str], dagster_run_id: str | None = None) -> CheckpointManifest:
+    """The manifest of a pretrained model taken as a checkpoint (``base_checkpoint`` from ``base_model``):
+    its weights where they are (not copied), the tokenizer asset's folder, and a data version from
+    the model's recorded hash and the tokenizer's (``data_versions``), so no 100s-of-MB tree is rehashed."""
+    return CheckpointManifest(
+        asset=asset, kind="full", checkpoint_dir=str(model_dir), tokenizer_dir=str(tokenizer_dir),
+        data_version=fingerprint("adopted", dict(data_versions)), data_versions=dict(data_versions),
+        dagster_run_id=dagster_run_id)
+
+
 def snapshot_manifest(source: CheckpointManifest) -> CheckpointManifest:
     """The manifest of a registry snapshot (``checkpoint/``, ``tokenizer/``, ``base_model/`` beside it):
     relative paths, valid wherever the artifacts land; the source's provenance is kept."""

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training_assets import inbox, paths
+from training_assets.base_model.template import fold_tools
 from training_assets.storage import atomic_dir, canonical_json, fingerprint, sha256_tree, write_json_atomic
 from training_assets.trace_schema import render_messages
 from training_assets.traces import BatchCaps, BatchError, QuarantinedLine, Trace, check_batch_id, iter_batch
@@ -88,7 +89,8 @@ class IngestReport:
 def trace_row(batch_id: str, line_no: int, trace: Trace) -> dict[str, Any]:
     """The ``TRACE_SCHEMA`` row of a validated trace."""
     meta = trace.metadata.model_dump(mode="json", exclude_none=True)
-    messages = [m.model_dump(mode="json", exclude_none=True) for m in trace.messages]
+    # the tools the agent was offered go into its system turn, as the server rendered them (base_model.template)
+    messages = fold_tools([m.model_dump(mode="json", exclude_none=True) for m in trace.messages], meta.get("tools"))
     expected = meta.get("expected_answer")
     return {
         "batch_id": batch_id, "line_no": line_no, "trace_id": trace.trace_id, "task_id": trace.task_id,

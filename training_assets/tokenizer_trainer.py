@@ -36,10 +36,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from training_assets import paths
+from training_assets.base_model.template import CHATML_END, CHATML_START, TOOL_TEMPLATE, template_hash, with_tool_template
 from training_assets.storage import atomic_dir, sha256_tree, write_json_atomic
 
 # Bump when training settings, special tokens or the template change: it is the asset's code version.
 TOKENIZER_VERSION = "1"
+CHATML_TOKENS = (CHATML_START, CHATML_END)  # an adopted (ChatML) base's turn markers: one id each
 METADATA_FILE = "tokenizer_metadata.json"
 
 BOS, EOS, PAD = "<|bos|>", "<|end|>", "<|pad|>"
@@ -201,18 +203,19 @@ def round_trip_failures(tokenizer: Any, texts: Sequence[str]) -> list[dict[str, 
     return failures
 
 
-def special_token_failures(tokenizer: Any) -> list[dict[str, Any]]:
+def special_token_failures(tokenizer: Any, tokens: Sequence[str] = SPECIAL_TOKENS) -> list[dict[str, Any]]:
     """Special tokens that do not encode to exactly one id (or whose id does not decode back)."""
     failures = []
-    for token in SPECIAL_TOKENS:
+    for token in tokens:
         ids = tokenizer.encode(token, add_special_tokens=False)
         if len(ids) != 1 or tokenizer.convert_ids_to_tokens(ids[0]) != token:
             failures.append({"token": token, "ids": ids})
     return failures
 
 
-def end_of_turn_masked(tokenizer: Any) -> tuple[bool, str]:
-    """Whether ``<|end|>`` closing an assistant turn lies inside the assistant mask, with the reason."""
+def end_of_turn_masked(tokenizer: Any, end: str = EOS, turn_marker: str = ROLE_TOKENS["assistant"]) -> tuple[bool, str]:
+    """Whether ``end`` closing an assistant turn lies inside the assistant mask, with the reason
+    (``turn_marker``, the token that opens the assistant turn, must lie outside it)."""
     conversation = [
         {"role": "user", "content": "What is 2 + 2?"},
         {"role": "assistant", "content": "Let me compute.", "tool_calls": [
@@ -222,15 +225,15 @@ def end_of_turn_masked(tokenizer: Any) -> tuple[bool, str]:
     ]
     out = tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = out["input_ids"], out["assistant_masks"]
-    end_id = tokenizer.convert_tokens_to_ids(EOS)
-    assistant_id = tokenizer.convert_tokens_to_ids(ROLE_TOKENS["assistant"])
+    end_id = tokenizer.convert_tokens_to_ids(end)
+    assistant_id = tokenizer.convert_tokens_to_ids(turn_marker)
     ends = [i for i, t in enumerate(ids) if t == end_id]
     masked_ends = [e for e in ends if mask[e]]
     if len(masked_ends) != 2:
         return False, f"{len(masked_ends)} of the 2 assistant end-of-turn tokens are in the mask (ends at {ends}, mask {mask})"
     if any(mask[i] for i, t in enumerate(ids) if t == assistant_id):
-        return False, "the <|assistant|> role marker is in the mask; only the turn's content should be"
-    return True, "both assistant turns end with <|end|> inside the mask; role markers are outside it"
+        return False, f"the {turn_marker} role marker is in the mask; only the turn's content should be"
+    return True, f"both assistant turns end with {end} inside the mask; role markers are outside it"
 
 
 def bytes_per_token(tokenizer: Any, texts: Sequence[str]) -> float:
@@ -366,6 +369,38 @@ def build_tokenizer(
         hard_text_failures=round_trip_failures(tokenizer, HARD_TEXTS),
         special_token_failures=special_token_failures(tokenizer),
         end_of_turn_masked=end_of_turn_masked(tokenizer),
+    )
+
+
+def adopt_tokenizer(base_folder: str | os.PathLike[str], base_hash: str, rows: Sequence[dict[str, str]],
+                    config: TokenizerConfig, output_dir: Path) -> TokenizerReport:
+    """The tokenizer of a pretrained base (no new BPE, no resize), with the tool-call template of
+    ``base_model.template``, saved to ``output_dir`` and checked like a trained one: the corpus's
+    held-back rows and the hard texts round-trip, the ChatML markers are one id each, and the
+    end-of-turn closing each assistant turn is inside the loss mask. Reused while the base and
+    the template are unchanged."""
+    key = {"base_model": base_hash, "template": template_hash(TOOL_TEMPLATE), "version": TOKENIZER_VERSION}
+    held_back = split_held_back([r["id"] for r in rows], config.held_back_fraction, config.seed)
+    held_texts = [r["text"] for r in rows if r["id"] in held_back]
+    reused = _reusable(output_dir, key)
+    if reused:
+        tokenizer = _load_folder(output_dir)
+    else:
+        tokenizer = with_tool_template(_load_folder(Path(base_folder)))
+        with atomic_dir(output_dir) as tmp:
+            tokenizer.save_pretrained(tmp)
+            write_json_atomic(Path(tmp) / METADATA_FILE, {
+                "key": key, "tokenizer_hash": _hash_without_metadata(tmp), "chat_template_hash": chat_template_hash(tokenizer),
+                "special_tokens": list(CHATML_TOKENS), "base_model": str(base_folder)})
+    sample = held_texts or [r["text"] for r in rows[:50]]
+    return TokenizerReport(
+        output_dir=output_dir, tokenizer_hash=_hash_without_metadata(output_dir),
+        chat_template_hash=chat_template_hash(tokenizer), key=key, reused=reused, vocab_size=len(tokenizer),
+        n_train_rows=0, n_held_back_rows=len(held_texts), bytes_per_token=round(bytes_per_token(tokenizer, sample), 4),
+        round_trip_failures=round_trip_failures(tokenizer, sample),
+        hard_text_failures=round_trip_failures(tokenizer, HARD_TEXTS),
+        special_token_failures=special_token_failures(tokenizer, CHATML_TOKENS),
+        end_of_turn_masked=end_of_turn_masked(tokenizer, CHATML_END, CHATML_START),
     )
 
 

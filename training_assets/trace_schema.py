@@ -144,6 +144,9 @@ class TraceMetadata(BaseModel):
     model: str | None = None
     created_at: datetime | None = None
     source: str | None = None
+    tools: list[dict[str, Any]] | None = Field(
+        default=None, description="The tool schemas the agent was offered (OpenAI chat-completions `tools`); "
+                                  "ingest writes them into the system turn in the one tool-call format.")
 
 
 class Trace(BaseModel):

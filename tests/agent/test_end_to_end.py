@@ -70,7 +70,8 @@ def test_the_executed_workflow_ends_with_a_registry_entry_and_every_run_tagged(t
     assert report["registry_version"] == 1
     assert [s["status"] for s in report["stages"]] == ["SUCCESS"] * 11
     gates = {g["report"]: g for s in report["stages"] for g in s["gates"]}
-    assert set(gates) == {"sft_eval_report", "dpo_eval_report", "grpo_eval_report", "merged_eval_report"}
+    assert set(gates) == {"sft_eval_report", "dpo_eval_report", "grpo_eval_report", "merged_eval_report",
+                          "agentic_eval_report"}
     assert all(g["passed"] is True and g["run_id"] for g in gates.values())
     train = next(s for s in report["stages"] if s["name"] == "train")
     assert train["metrics"]["sft_checkpoint"]["steps"] == 6 and train["metrics"]["sft_checkpoint"]["final_loss"] > 0

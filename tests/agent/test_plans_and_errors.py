@@ -62,7 +62,7 @@ ONE_LINE_ERRORS = [
     ("evaluate_checkpoint", {"checkpoint": "sft_checkpoint", "config": {"min_pass_rate": 3}},
      ["config.min_pass_rate", "less than or equal to 1"]),
     ("merge_adapters_ties", {}, ["was never materialised", "train_dpo"]),
-    ("register_model", {"options": {"execute": True}}, ["merged_adapter was never materialised"]),
+    ("register_model", {"options": {"execute": True}}, ["was never materialised, and register_model does not build it"]),
     ("dataset_lineage", {"asset": "tokenizer"}, ["asset: tokenizer was never materialised"]),
     ("dataset_lineage", {"record_id": "arith-0001-a0"}, ["record_id", "curate_corpus"]),
     ("build_training_dataset", {"kind": "rlhf"}, ["kind"]),

@@ -6,6 +6,7 @@ import dagster as dg
 import pytest
 
 from training_assets.defs.evaluation.assets import kind_eval_reports, merged_eval_report
+from training_assets.defs.evaluation.agentic import agentic_eval_report
 from training_assets.defs.registry.assets import registry_entry
 from training_assets.defs.registry.resources import VllmDeployment
 from training_assets.defs.resources import DataRoot, MlflowTracking
@@ -20,7 +21,7 @@ sft_eval_report = REPORTS["sft_eval_report"]
 FAST = {"benchmark_tasks": [], "max_bpb_vs_uniform": None, "max_new_tokens": 4}
 
 
-def _run(root, tracking_uri, merged_config, assets=(sft_eval_report, merged_eval_report, registry_entry)):
+def _run(root, tracking_uri, merged_config, assets=(sft_eval_report, merged_eval_report, agentic_eval_report, registry_entry)):
     config = {"merged_eval_report": {"config": merged_config}, "sft_eval_report": {"config": FAST}}
     return dg.materialize(list(assets), resources={"data_root": DataRoot(path=str(root)), "deployment": VllmDeployment(),
                                                    "mlflow": MlflowTracking(tracking_uri=tracking_uri)},
@@ -50,14 +51,14 @@ def test_gate_passes_then_the_merged_adapter_is_registered_with_its_lineage(upst
     stored = json.loads((upstream / "registry_entry" / "entry.json").read_text())
     assert stored["checkpoint_id"] == entry.checkpoint_id == "merged_adapter-dv-merged_adapter"
     # the same checkpoint again: the same version, no duplicate
-    again = _run(upstream, tracking_uri, FAST, assets=(merged_eval_report, registry_entry))
+    again = _run(upstream, tracking_uri, FAST, assets=(merged_eval_report, agentic_eval_report, registry_entry))
     assert again.asset_materializations_for_node("registry_entry")[0].metadata["version"].value == 1
     assert len(ModelRegistry(tracking_uri).list()) == 1
 
 
 def test_failed_gate_blocks_registration_and_says_why(upstream, tracking_uri):
     result = _run(upstream, tracking_uri, {**FAST, "min_pass_rate": 1.0, "min_category_pass_rate": {"safety": 1.0}},
-                  assets=(merged_eval_report, registry_entry))
+                  assets=(merged_eval_report, agentic_eval_report, registry_entry))
     gate = _gate(result, "merged_eval_report")
     assert not gate.passed
     assert "pass_rate" in gate.description and "< min 1.000" in gate.description
@@ -71,7 +72,7 @@ def test_a_checkpoint_worse_than_the_registered_model_is_not_promoted(upstream, 
     register_checkpoint(registry, tiny_checkpoints["base"], DeploymentTarget("generator", "agent"), "incumbent",
                         Lineage(eval_summary={"metrics": {"pass_rate": 0.99, "pass_rate/safety": 1.0},
                                               "eval_config": same_setup}))
-    result = _run(upstream, tracking_uri, FAST, assets=(merged_eval_report, registry_entry))
+    result = _run(upstream, tracking_uri, FAST, assets=(merged_eval_report, agentic_eval_report, registry_entry))
     gate = _gate(result, "merged_eval_report")
     assert not gate.passed and "worse than registered v1 (incumbent)" in gate.description
     assert result.asset_materializations_for_node("registry_entry") == []

@@ -203,6 +203,9 @@ def test_registry_entry_against_the_server_links_the_run_and_logs_the_gate(mlflo
     write_json_atomic(paths.asset_dir("merged_eval_report", upstream) / evaluation.REPORT_FILE,
                       {"checkpoint_asset": "merged_adapter", "checkpoint_data_version": manifest.data_version,
                        "metrics": {"pass_rate": 0.5}, "gate": {"passed": True, "reasons": ["pass_rate 0.5 >= 0.4"]}})
+    write_json_atomic(paths.asset_dir("agentic_eval_report", upstream) / "report.json",  # random init: not applied
+                      {"checkpoint_data_version": manifest.data_version, "applied": False,
+                       "gate": {"passed": True, "reasons": ["the base is random init"]}})
     resources = {"data_root": DataRoot(path=str(upstream)), "deployment": VllmDeployment(),
                  "mlflow": MlflowTracking(tracking_uri=mlflow_server.url)}
     result = dg.materialize([registry_entry], resources=resources, instance=dg.DagsterInstance.ephemeral(),

@@ -17,7 +17,7 @@ from training_assets.definitions import defs
 GRAPH = defs.resolve_asset_graph()
 CORPUS_CHAIN = {"curated_corpus", "selected_traces", *kinds.DATASETS}
 TRAINING = {*kinds.CHECKPOINTS, "merged_adapter"}
-EVALS = {*(k.gate for k in kinds.KINDS.values() if k.gate), "merged_eval_report"}
+EVALS = {*(k.gate for k in kinds.KINDS.values() if k.gate), "merged_eval_report", "agentic_eval_report"}
 
 
 class Ticks:
@@ -76,8 +76,9 @@ def _assets(policy: automation.RetrainingPolicy):
 
 
 def _first_batch(t: Ticks) -> dict[str, set]:
-    assert t.tick() == {"held_out_sets": {None}}  # before any batch: only the held-out sets, once
-    t.materialize(["held_out_sets"])
+    # before any batch: only the roots (the held-out sets and the base model's record), once
+    assert t.tick() == {"held_out_sets": {None}, "base_model": {None}}
+    t.materialize(["held_out_sets", "base_model"])
     t.add_batch("b1")
     t.materialize(["raw_traces"], partition="b1")
     assert t.tick() == {"minhash_signatures": {"b1"}}
@@ -138,7 +139,7 @@ def test_a_failed_gate_stops_what_follows_it():
     chain = _first_batch(t)
     t.materialize(sorted(set(chain) - {"sft_eval_report"} - {"dpo_checkpoint", "grpo_checkpoint", "dpo_eval_report",
                                                          "grpo_eval_report", "merged_adapter", "merged_eval_report",
-                                                         "registry_entry"}))
+                                                         "agentic_eval_report", "registry_entry"}))
     t.materialize(["sft_eval_report"], checks_pass=False)  # the SFT gate failed in that run
     assert t.tick() == {}  # dpo/grpo are not retried on their own while the gate fails
 

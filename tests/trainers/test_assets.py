@@ -25,7 +25,7 @@ def test_asset_graph_deps_and_tags():
 
     from training_assets.defs.training import assets
 
-    expected = {"base_checkpoint": {"pretrain_windows", "tokenizer"},
+    expected = {"base_checkpoint": {"pretrain_windows", "tokenizer", "base_model"},
                 "sft_checkpoint": {"sft_dataset", "base_checkpoint", "tokenizer"},
                 "dpo_checkpoint": {"sft_checkpoint", "preference_pairs", "sft_eval_report", "tokenizer"},
                 "grpo_checkpoint": {"sft_checkpoint", "grpo_groups", "sft_eval_report", "tokenizer"},

@@ -29,13 +29,14 @@ import anyio
 from mcp import Client
 from pydantic import BaseModel, Field
 
-from training_assets import http_client
 from training_assets.agent import personas, workflow
 from training_assets.agent.errors import AgentError
 from training_assets.agent.models import GateVerdict
 from training_assets.agent.runs import make_backend
 from training_assets.agent.runtime import Runtime
 from training_assets.agent.server import build_server
+from training_assets.harness.client import ChatError, chat_client, chat_message
+from training_assets.harness.errors import HarnessError
 from training_assets.orchestration.backends import RunBackend
 
 RUN_WAIT_S = 3600  # how long the loop waits for a run a stage launched (get_run's wait_s)
@@ -44,38 +45,25 @@ RUN_WAIT_S = 3600  # how long the loop waits for a run a stage launched (get_run
 class ChatEndpoint:
     """POST ``<url>/chat/completions`` (OpenAI format, with tools); returns the assistant message.
 
-    The request carries the API key, so it goes through ``http_client``: to exactly the host the
-    URL names, never following a redirect. Every failure is one line naming the URL.
+    The request carries the API key, so it goes through ``harness.client``: the OpenAI client over an
+    httpx client that never follows a redirect (nor a proxy variable), with a timeout and retries.
+    Every failure is one line naming the URL.
     """
 
-    def __init__(self, url: str, model: str, api_key: str | None = None, timeout_s: float = 300.0) -> None:
+    def __init__(self, url: str, model: str, api_key: str | None = None, timeout_s: float = 300.0,
+                 max_retries: int = 2) -> None:
         self.url = url.rstrip("/") + "/chat/completions"
         try:
-            self.endpoint = http_client.parse_url(self.url)
-        except http_client.BadURL as exc:
+            self.client = chat_client(url, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries)
+        except HarnessError as exc:
             raise AgentError(f"--model-url: {exc}") from None
-        self.model, self.api_key, self.timeout_s = model, api_key, timeout_s
+        self.model, self.timeout_s = model, timeout_s
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        body = json.dumps({"model": self.model, "messages": messages, "tools": tools, "tool_choice": "auto"}).encode()
-        headers = {"content-type": "application/json"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
         try:
-            status, answer = http_client.send(self.endpoint, "POST", body, headers, self.timeout_s)
-        except http_client.RequestError as exc:
+            return chat_message(self.client, model=self.model, messages=messages, tools=tools, tool_choice="auto")
+        except ChatError as exc:
             raise AgentError(f"model endpoint {exc}") from None
-        if status != 200:
-            raise AgentError(f"model endpoint {self.url} answered {status}: {answer[:300]!r}")
-        try:
-            payload = json.loads(answer)
-        except ValueError:
-            raise AgentError(f"model endpoint {self.url} answered 200 with {answer[:200]!r}, which is not JSON: "
-                             "--model-url must be an OpenAI-compatible base URL (…/v1)") from None
-        try:
-            return payload["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise AgentError(f"model endpoint {self.url}: not a chat-completions answer: {str(payload)[:300]}") from None
 
 
 class ToolCallRecord(BaseModel):

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import PydanticCustomError
 
+from training_assets.base_model.template import fold_tools
 from training_assets.storage import canonical_json
 from training_assets.trace_schema import Trace, parse_trace, validation_reason
 
@@ -41,7 +42,8 @@ class TraceRecord:
 
 def _from_trace(trace: Trace, batch_id: str | None = None) -> TraceRecord:
     expected = (trace.metadata.model_extra or {}).get("expected_answer")
-    return TraceRecord(trace.trace_id, trace.task_id, [m.model_dump(mode="json", exclude_none=True) for m in trace.messages],
+    messages = fold_tools([m.model_dump(mode="json", exclude_none=True) for m in trace.messages], trace.metadata.tools)
+    return TraceRecord(trace.trace_id, trace.task_id, messages,
                        trace.outcome.success, trace.outcome.score, trace.outcome.failure_point,
                        None if expected is None else str(expected), batch_id)
 

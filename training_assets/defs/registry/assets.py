@@ -9,6 +9,7 @@ from training_assets import evaluation, paths
 from training_assets.defs.metadata import md_table
 from training_assets.defs.registry.resources import VllmDeployment
 from training_assets.defs.resources import DataRoot, MlflowTracking
+from training_assets.evaluation.agentic import REPORT_FILE as AGENTIC_REPORT_FILE, report_verdict as agentic_verdict
 from training_assets.lineage import collect_lineage
 from training_assets.registry import DEFAULT_MODEL_NAME, SERVE_DIR_ENV, ModelRegistry, promotion_verdict
 from training_assets.storage import write_json_atomic
@@ -17,6 +18,7 @@ from training_assets.checkpoint_manifest import read_manifest
 REGISTRY_CODE_VERSION = "registry-3"  # MLflow models through any artifact store; adapters name a registered base
 CHECKPOINT = "merged_adapter"
 REPORT = "merged_eval_report"
+AGENTIC_REPORT = "agentic_eval_report"
 
 
 class RegistryEntryConfig(dg.Config):
@@ -28,7 +30,7 @@ class RegistryEntryConfig(dg.Config):
     model_name: str = Field(DEFAULT_MODEL_NAME, description="MLflow registered model that holds the role aliases.")
 
 
-@dg.asset(deps=[REPORT, CHECKPOINT], group_name="registry", code_version=REGISTRY_CODE_VERSION, kinds={"mlflow"})
+@dg.asset(deps=[REPORT, AGENTIC_REPORT, CHECKPOINT], group_name="registry", code_version=REGISTRY_CODE_VERSION, kinds={"mlflow"})
 def registry_entry(context: dg.AssetExecutionContext, config: RegistryEntryConfig, data_root: DataRoot,
                    mlflow: MlflowTracking, deployment: VllmDeployment) -> dg.MaterializeResult:
     """The merged adapter registered for its role in MLflow, with lineage back to the trace batches."""
@@ -37,6 +39,8 @@ def registry_entry(context: dg.AssetExecutionContext, config: RegistryEntryConfi
     manifest = read_manifest(root, CHECKPOINT)
     report = evaluation.load_eval_report(paths.asset_dir(REPORT, root))
     ok, reason = promotion_verdict(report, manifest)
+    if ok:
+        ok, reason = agentic_verdict(paths.asset_dir(AGENTIC_REPORT, root) / AGENTIC_REPORT_FILE, manifest.data_version)
     if not ok:
         raise dg.Failure(description=f"not registering {CHECKPOINT}: {reason}")
     lineage = collect_lineage(root, CHECKPOINT, {"metrics": report["metrics"], "gate": report["gate"],

@@ -6,6 +6,7 @@ Its run config derives from ``tokenizer_trainer.TokenizerConfig`` (each field's 
 import dagster as dg
 
 from training_assets import data_engine, tokenizer_trainer
+from training_assets.base_model.selection import current_base_model
 from training_assets.defs.automation import POLICY, tokenizer_condition
 from training_assets.defs.metadata import table
 from training_assets.defs.resources import DataRoot
@@ -30,7 +31,7 @@ def _check(name: str, failures: list, ok_text: str, bad_text: str) -> dg.AssetCh
 @dg.asset(
     group_name="tokenizer", code_version=tokenizer_trainer.TOKENIZER_VERSION, kinds={"huggingface"},
     automation_condition=tokenizer_condition(POLICY),
-    deps=["curated_corpus"],
+    deps=["curated_corpus", "base_model"],
     check_specs=[
         dg.AssetCheckSpec(ROUND_TRIP_CHECK, asset="tokenizer", blocking=True,
                           description="decode(encode(text)) == text on corpus rows held back from training."),
@@ -45,12 +46,18 @@ def _check(name: str, failures: list, ok_text: str, bad_text: str) -> dg.AssetCh
 def tokenizer(context: dg.AssetExecutionContext, config: TokenizerAssetConfig, data_root: DataRoot) -> dg.MaterializeResult:
     """Byte-level BPE with special, role and tool tokens and a chat template with assistant masks.
 
-    Retrained only when the corpus version or the config changes (else the folder is reused).
+    Retrained only when the corpus version or the config changes (else the folder is reused). When
+    ``base_model`` names a pretrained model, its own tokenizer is adopted instead (no new BPE), with
+    the tool-call template, and checked the same way.
     """
     root = data_root.root()
     rows = data_engine.load_curated_corpus(root).select(["id", "text"]).to_pylist()
-    report = tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), tokenizer_trainer.TokenizerConfig(**config.model_dump()),
-                                               tokenizer_trainer.tokenizer_dir(root))
+    settings, out = tokenizer_trainer.TokenizerConfig(**config.model_dump()), tokenizer_trainer.tokenizer_dir(root)
+    base = current_base_model(root)
+    if base is not None and base.folder:
+        report = tokenizer_trainer.adopt_tokenizer(base.folder, base.model_hash, rows, settings, out)
+    else:
+        report = tokenizer_trainer.build_tokenizer(rows, data_engine.corpus_version(root), settings, out)
     context.log.info(f"tokenizer {report.tokenizer_hash}: vocab {report.vocab_size}, reused={report.reused}")
     eot_ok, eot_reason = report.end_of_turn_masked
     return dg.MaterializeResult(
@@ -59,7 +66,8 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerAssetConfig, d
             "bytes_per_token": report.bytes_per_token,
             "train_rows": report.n_train_rows,
             "held_back_rows": report.n_held_back_rows,
-            "special_tokens": table([{"token": t, "id": i} for i, t in enumerate(tokenizer_trainer.SPECIAL_TOKENS)]),
+            "special_tokens": table([{"token": t} for t in (tokenizer_trainer.CHATML_TOKENS if base and base.folder
+                                                              else tokenizer_trainer.SPECIAL_TOKENS)]),
             "tokenizer_hash": report.tokenizer_hash,
             "chat_template_hash": report.chat_template_hash,
             "reused": report.reused,

@@ -35,6 +35,8 @@ from training_assets.trainers import TrainConfig, jobs
 from training_assets.trainers.accelerate_launch import RESULT_MESSAGE
 from training_assets.slots import hold_slot
 from training_assets.checkpoint_manifest import CheckpointManifest
+from training_assets.base_model.selection import adopt_checkpoint, current_base_model
+from training_assets.tokenizer_trainer import tokenizer_dir, tokenizer_hash
 
 TRAINING_CODE_VERSION = "trainers-2"  # nested DPO/GRPO specs, constant lr by default, one run_training path
 
@@ -149,6 +151,12 @@ def launch_mode(config: dg.Config, job: jobs.TrainingJob) -> str:
 def _train(context: dg.AssetExecutionContext, asset_key: str, config: dg.Config, data_root: DataRoot,
            mlflow: MlflowTracking) -> dg.MaterializeResult:
     root = data_root.root()
+    base = current_base_model(root)
+    if kinds.kind_of_checkpoint(asset_key).upstream is None and base is not None and base.folder:
+        # a pretrained base_model: it is the base checkpoint (its weights where they are; nothing pretrained)
+        manifest = adopt_checkpoint(root, base, tokenizer_dir(root), tokenizer_hash(root), asset_key, context.run_id)
+        context.log.info(f"{asset_key}: the pretrained {base.source} ({base.model_hash}); not pretrained from scratch")
+        return _result(manifest, adopted=base.source)
     job = jobs.prepare_job(asset_key, root, overrides(config), tracking_uri=mlflow.uri(root),
                            tags={"dagster_run_id": context.run_id, "asset": asset_key},
                            limit=config.limit_examples or None)
@@ -195,14 +203,15 @@ def checkpoint_asset(kind: kinds.TrainingKind) -> dg.AssetsDefinition:
     """``kind.checkpoint``: trains on ``kind.dataset`` from ``kind.upstream`` once the upstream's gate passed."""
     config_class = checkpoint_config(kind)
     upstream_gate = kinds.kind_of_checkpoint(kind.upstream).gate if kind.upstream else None
-    deps = [kind.dataset, "tokenizer", *([kind.upstream] if kind.upstream else []), *([upstream_gate] if upstream_gate else [])]
+    deps = [kind.dataset, "tokenizer", *([kind.upstream] if kind.upstream else ["base_model"]),
+            *([upstream_gate] if upstream_gate else [])]
     condition = training_condition(POLICY) if kind.upstream else base_model_condition()
 
     def train(context: dg.AssetExecutionContext, config: config_class, data_root: DataRoot,  # type: ignore[valid-type]
               mlflow: MlflowTracking) -> dg.MaterializeResult:
         return _train(context, kind.checkpoint, config, data_root, mlflow)
 
-    start = f"from {kind.upstream}" if kind.upstream else "from random init"
+    start = f"from {kind.upstream}" if kind.upstream else "from random init, or the pretrained base_model when it names one"
     return dg.asset(name=kind.checkpoint, deps=deps, description=f"{kind.summary} ({start}, on {kind.dataset}).",
                     **{**_COMMON, "automation_condition": condition})(train)
 
