@@ -40,12 +40,24 @@ def build_model(config: TrainConfig, vocab_size: int) -> Any:
         except OSError as exc:  # transformers' "not a local folder nor on the hub" / "couldn't connect", many lines
             raise RuntimeError(f"base_model={config.base_model!r} could not be loaded: {str(exc).splitlines()[0]}; "
                                "a base_model is a Hugging Face model folder or, where a hub is reachable, a hub id") from exc
+    dtype = weight_dtype(config.weight_dtype)
+    if dtype is not None and model.dtype != dtype:
+        model = model.to(dtype)
     model.config.use_cache = False
     if config.use_liger:
         apply_liger(model)
     if torch.cuda.is_available() and config.distributed == "none":
         model = model.to("cuda")
     return model
+
+
+def weight_dtype(choice: str) -> torch.dtype | None:
+    """The dtype ``TrainConfig.weight_dtype`` asks for here; None keeps what was loaded (auto on a GPU)."""
+    if choice == "bf16":
+        return torch.bfloat16
+    if choice == "fp32" or not torch.cuda.is_available():  # auto on CPU: fp32
+        return torch.float32
+    return None
 
 
 def apply_liger(model: Any) -> None:

@@ -1,0 +1,35 @@
+"""TrainConfig.weight_dtype: the dtype weights are held in, random init and loaded checkpoints alike."""
+
+import pytest
+import torch
+
+from training_assets.trainers import TrainConfig
+from training_assets.trainers.modeling import build_model
+
+
+@pytest.fixture(scope="module")
+def bf16_base(base_model_dir, tmp_path_factory):
+    """The session's tiny base saved in bf16, as SmolLM2's checkpoint is."""
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path_factory.mktemp("bf16")
+    AutoModelForCausalLM.from_pretrained(str(base_model_dir), dtype=torch.bfloat16).save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("choice, expected", [("auto", torch.float32), ("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_a_bf16_checkpoint_is_held_in_the_chosen_dtype_fp32_on_cpu_by_default(bf16_base, tmp_path, choice, expected):
+    config = TrainConfig(base_model=str(bf16_base), output_dir=str(tmp_path), max_steps=1, weight_dtype=choice)
+    if choice == "auto" and torch.cuda.is_available():
+        expected = torch.bfloat16  # auto on a GPU: the checkpoint's own dtype
+    assert build_model(config, 0).dtype == expected
+
+
+def test_random_init_honours_weight_dtype(tokenizer, tmp_path):
+    config = TrainConfig(output_dir=str(tmp_path), max_steps=1, weight_dtype="bf16")
+    assert build_model(config, len(tokenizer)).dtype == torch.bfloat16
+
+
+def test_an_unknown_weight_dtype_is_refused_when_the_config_is_built(tmp_path):
+    with pytest.raises(ValueError, match="weight_dtype"):
+        TrainConfig(output_dir=str(tmp_path), max_steps=1, weight_dtype="fp8")
