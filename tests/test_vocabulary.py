@@ -156,3 +156,14 @@ def test_a_tokenizer_setting_has_one_default_and_one_help_in_dagster_and_the_cli
 
     assert _dagster_fields(TokenizerAssetConfig) == _expected(TokenizerConfig)
     _assert_cli_derives(_cli_options("datasets", "train-tokenizer"), TokenizerConfig)
+
+
+def test_the_loop_and_the_agentic_gate_take_their_settings_from_one_model_each():
+    from training_assets.defs.evaluation.agentic import AgenticEvalConfig
+    from training_assets.evaluation.agentic import AgenticSettings
+    from training_assets.settings import LoopSettings
+
+    _assert_cli_derives(_cli_options("loop", "loop"), LoopSettings)
+    fields = _dagster_fields(AgenticEvalConfig)
+    assert {k: fields[k] for k in AgenticSettings.model_fields} == _expected(AgenticSettings)
+    assert set(fields) - set(AgenticSettings.model_fields) == {"tasks_path", "role", "model_name"}

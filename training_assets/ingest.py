@@ -89,8 +89,10 @@ class IngestReport:
 def trace_row(batch_id: str, line_no: int, trace: Trace) -> dict[str, Any]:
     """The ``TRACE_SCHEMA`` row of a validated trace."""
     meta = trace.metadata.model_dump(mode="json", exclude_none=True)
-    # the tools the agent was offered go into its system turn, as the server rendered them (base_model.template)
-    messages = fold_tools([m.model_dump(mode="json", exclude_none=True) for m in trace.messages], meta.get("tools"))
+    # the tools the agent was offered go into its system turn, as the server rendered them (base_model.template);
+    # the curation text leaves them out: the same schemas in every trace would make them all near-duplicates
+    plain = [m.model_dump(mode="json", exclude_none=True) for m in trace.messages]
+    messages = fold_tools(plain, meta.get("tools"))
     expected = meta.get("expected_answer")
     return {
         "batch_id": batch_id, "line_no": line_no, "trace_id": trace.trace_id, "task_id": trace.task_id,
@@ -100,7 +102,7 @@ def trace_row(batch_id: str, line_no: int, trace: Trace) -> dict[str, Any]:
         "n_messages": len(messages), "n_tool_calls": trace.tool_call_count,
         "agent": meta.get("agent"), "model": meta.get("model"), "created_at": meta.get("created_at"),
         "source": meta.get("source"), "expected_answer": None if expected is None else str(expected),
-        "metadata": canonical_json(meta), "text": render_messages(messages),
+        "metadata": canonical_json(meta), "text": render_messages(plain),
     }
 
 

@@ -79,3 +79,28 @@ def fields_model(model: type[BaseModel], names: Sequence[str]) -> type[BaseModel
     offers when it lets users set only these, e.g. ``add_model_options(p, fields_model(CurationConfig, ["engine"]))``."""
     return create_model(model.__name__, __config__=_SETTINGS,
                         **{name: (model.model_fields[name].annotation, model.model_fields[name]) for name in names})
+
+
+class LoopSettings(BaseModel):
+    """The loop's sizes; the defaults are the CPU run the README reports (`make loop`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generations: int = Field(2, ge=1, le=20, description="Generations to train after the base (generation 0).")
+    model: str = Field("smollm2-135m-instruct", description="The base: a fetch recipe or an HF model folder.")
+    teacher_tasks: int = Field(150, ge=0, description="Training-pool tasks whose ideal conversations are written "
+                                                      "as the teacher batch in generation 0 (0: none).")
+    collect_tasks: int = Field(30, ge=1, description="Training-pool tasks the served model attempts each generation.")
+    attempts: int = Field(2, ge=1, le=8, description="Attempts per task (sampled): success/failure pairs and GRPO groups.")
+    temperature: float = Field(0.7, ge=0.0, description="Sampling temperature while collecting (the held-out eval is greedy).")
+    held_out_tasks: int = Field(105, ge=1, description="Held-out tasks of the agentic eval (families in turn).")
+    concurrency: int = Field(8, ge=1, le=64, description="Attempts in flight against the server.")
+    engine: Literal["auto", "transformers", "vllm"] = Field("auto", description="Model server engine.")
+    sft_steps: int = Field(14, ge=1, description="SFT optimizer steps (every weight: the graph's sft kind).")
+    dpo_steps: int = Field(6, ge=1, description="DPO optimizer steps on the success/failure pairs.")
+    grpo_steps: int = Field(3, ge=1, description="GRPO optimizer steps on the logged attempts' task reward.")
+    batch_size: int = Field(8, ge=1, description="Examples per optimizer step (SFT; DPO and GRPO take half).")
+    lr: float = Field(2e-4, gt=0, description="SFT learning rate (the sft kind trains every weight).")
+    adapter_lr: float = Field(5e-5, gt=0, description="DPO and GRPO learning rate (LoRA r=16 on the SFT model).")
+    max_seq_len: int = Field(512, ge=128, description="Tokens per training example (tools in the system turn included).")
+    seed: int = Field(0, description="Training and sampling seed.")

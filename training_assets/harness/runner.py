@@ -87,8 +87,11 @@ def _trace_id(model: str, generation: int, task_id: str, attempt: int, seed: int
 
 def run_attempt(client: openai.OpenAI, model: str, task: Task, *, max_turns: int = 4, max_tokens: int = 96,
                 temperature: float = 0.0, seed: int | None = None, generation: int = 0, attempt: int = 0,
-                system_prompt: str = SYSTEM_PROMPT) -> Trace:
-    """One attempt at ``task`` as a scored trace; a refused connection at the first request is a HarnessError."""
+                system_prompt: str = SYSTEM_PROMPT, served_as: str | None = None) -> Trace:
+    """One attempt at ``task`` as a scored trace; a refused connection at the first request is a HarnessError.
+
+    ``model`` is the name requests use; ``served_as`` (default ``model``) the version the trace names
+    in ``metadata.model``: the served model's lineage (a registered version, "base")."""
     if max_turns < 1:
         raise HarnessError(f"max_turns must be at least 1, not {max_turns}")
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt},
@@ -136,11 +139,11 @@ def run_attempt(client: openai.OpenAI, model: str, task: Task, *, max_turns: int
     success = error is None and score(final, task.expected_answer, units=task.answer_units)
     last_assistant = max(i for i, m in enumerate(messages) if m["role"] in ("assistant", "user"))
     trace = {
-        "trace_id": _trace_id(model, generation, task.task_id, attempt, seed, temperature),
+        "trace_id": _trace_id(served_as or model, generation, task.task_id, attempt, seed, temperature),
         "task_id": task.task_id, "messages": messages, "final_answer": final,
         "outcome": {"success": success, "score": 1.0 if success else 0.0, "error": error,
                     "failure_point": None if success else last_assistant},
-        "metadata": {"source": "harness", "model": model, "family": task.family, "task_id": task.task_id,
+        "metadata": {"source": "harness", "model": served_as or model, "family": task.family, "task_id": task.task_id,
                      "score": 1.0 if success else 0.0, "generation": generation, "turns": turns,
                      "attempt": attempt, "expected_answer": task.expected_answer, "tools": schemas,
                      **({"failed_calls": bad_calls} if bad_calls else {})},
@@ -182,7 +185,7 @@ def success_rate(traces: Sequence[Trace], *, level: float = 0.95, seed: int = 0)
 
 def run_tasks(client: openai.OpenAI, model: str, tasks: Sequence[Task], *, concurrency: int = 1, generation: int = 0,
               attempts: int = 1, max_turns: int = 4, max_tokens: int = 96, temperature: float = 0.0,
-              seed: int | None = None, system_prompt: str = SYSTEM_PROMPT) -> HarnessReport:
+              seed: int | None = None, system_prompt: str = SYSTEM_PROMPT, served_as: str | None = None) -> HarnessReport:
     """Every task ``attempts`` times (traces in task order); success per family and overall with 95% intervals."""
     if not tasks:
         raise HarnessError("no tasks to run; load a task file with load_tasks(path)")
@@ -197,7 +200,7 @@ def run_tasks(client: openai.OpenAI, model: str, tasks: Sequence[Task], *, concu
         task, attempt = job
         return run_attempt(client, model, task, max_turns=max_turns, max_tokens=max_tokens, temperature=temperature,
                            seed=None if seed is None else seed + attempt, generation=generation, attempt=attempt,
-                           system_prompt=system_prompt)
+                           system_prompt=system_prompt, served_as=served_as)
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(one, job) for job in jobs]
@@ -215,7 +218,7 @@ def run_tasks(client: openai.OpenAI, model: str, tasks: Sequence[Task], *, concu
     by_family: dict[str, list[Trace]] = defaultdict(list)
     for trace in traces:
         by_family[trace.metadata.family].append(trace)
-    return HarnessReport(model=model, generation=generation, traces=traces, overall=success_rate(traces),
+    return HarnessReport(model=served_as or model, generation=generation, traces=traces, overall=success_rate(traces),
                          by_family={family: success_rate(ts) for family, ts in sorted(by_family.items())})
 
 

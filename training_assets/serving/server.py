@@ -52,6 +52,9 @@ class ServeSpec:
     dtype: str = "auto"  # transformers serve --dtype (float32 is faster than bf16 on most CPUs)
     startup_timeout_s: float = 180.0
     log_path: str | None = None
+    # transformers serve --continuous-batching: concurrent requests decode in one batch (16 held-out
+    # tasks, 8 in flight, SmolLM2-135M on 2 cores: 52 s against 67 s without); vLLM always batches
+    continuous_batching: bool = True
 
 
 def free_port() -> int:
@@ -74,7 +77,8 @@ def pick_engine(engine: str) -> str:
 def serve_command(spec: ServeSpec, engine: str, port: int) -> list[str]:
     if engine == "transformers":
         return [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
-                spec.model_dir, "--host", HOST, "--port", str(port), "--dtype", spec.dtype, "--log-level", "warning"]
+                spec.model_dir, "--host", HOST, "--port", str(port), "--dtype", spec.dtype, "--log-level", "warning",
+                "--continuous-batching" if spec.continuous_batching else "--no-continuous-batching"]
     if engine == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ServeError("engine vllm: vLLM is not installed here (it needs a CUDA host: pip install "
