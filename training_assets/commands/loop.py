@@ -15,8 +15,11 @@ import argparse
 import json
 import os
 
+from training_assets.base_model.fetch import FetchError
 from training_assets.commands import emit, fail
 from training_assets.commands._options import add_model_options, model_from_args
+from training_assets.harness.errors import HarnessError
+from training_assets.serving.server import ServeError
 from training_assets.settings import LoopSettings
 
 
@@ -37,10 +40,7 @@ def _loop(args: argparse.Namespace) -> int:
     for name, value in (("TQDM_DISABLE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
                         ("TRANSFORMERS_VERBOSITY", "error"), ("DATASETS_VERBOSITY", "error")):
         os.environ.setdefault(name, value)
-    from training_assets.base_model.fetch import FetchError
-    from training_assets.harness.errors import HarnessError
     from training_assets.orchestration.self_training import LoopError, run_loop  # dagster: seconds, only here
-    from training_assets.serving.server import ServeError
 
     try:
         summary = run_loop(settings, log=(lambda _msg: None) if args.json else print)
