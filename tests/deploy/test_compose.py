@@ -161,3 +161,14 @@ def test_kuberay_cluster_pins_the_projects_ray_version():
         claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["spec"]["volumes"]}
         assert claims["data"] == claim["metadata"]["name"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_the_model_servers_speak_the_one_tool_call_format_on_loopback(rendered):
+    assert {"--enable-auto-tool-choice", "--tool-call-parser=hermes"} <= set(rendered["services"]["vllm"]["command"])
+    out = compose("--profile", "serve", "config", env_file=ENV_EXAMPLE)
+    assert out.returncode == 0, out.stderr
+    server = yaml.safe_load(out.stdout)["services"]["model-server"]
+    assert server["command"][3:4] == ["serve"] and "--continuous-batching" in server["command"]
+    for port in server["ports"]:
+        text = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port['published']}"
+        assert text.startswith("127.0.0.1:"), port
