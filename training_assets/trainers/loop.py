@@ -163,6 +163,21 @@ def _autocast(config: TrainConfig, device_type: str) -> contextlib.AbstractConte
     return torch.autocast(device_type=device_type, dtype=dtype)
 
 
+def enable_activation_checkpointing(model: Any) -> None:
+    """Recompute activations in backward, on every transformers release pyproject allows: the method
+    is ``activation_checkpointing_enable`` from 5.18 (``gradient_checkpointing_enable`` deprecated) and
+    ``gradient_checkpointing_enable`` only before (5.17 on the GPU image raised AttributeError).
+    Non-reentrant checkpointing works with a frozen LoRA base."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ValueError(f"gradient_checkpointing=True: {type(model).__name__} has no activation checkpointing "
+                         "(neither activation_checkpointing_enable nor gradient_checkpointing_enable); set it False")
+
+
 def run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, config: TrainConfig, *,
              accelerator: Any = None, callbacks: Sequence[StepCallback] = (), planned_steps: int | None = None,
              shuffle: bool = True, on_policy_update: PolicyHook | None = None) -> LoopResult:
@@ -200,8 +215,7 @@ def _run_loop(model: Any, n_examples: int, collate: CollateFn, loss_fn: LossFn, 
     total_steps = planned_steps or (config.max_steps if config.max_steps > 0
                                     else math.ceil(schedule.per_epoch / config.grad_accum) * config.epochs)
     if config.gradient_checkpointing:
-        # transformers 5 name (activation_checkpointing_enable); non-reentrant works with frozen LoRA bases
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
         if config.lora is not None:
             model.enable_input_require_grads()
     params = [p for p in model.parameters() if p.requires_grad]

@@ -1,4 +1,4 @@
-"""TrainConfig.weight_dtype: the dtype weights are held in, random init and loaded checkpoints alike."""
+"""TrainConfig.weight_dtype (the dtype weights are held in) and activation checkpointing across transformers releases."""
 
 import pytest
 import torch
@@ -33,3 +33,27 @@ def test_random_init_honours_weight_dtype(tokenizer, tmp_path):
 def test_an_unknown_weight_dtype_is_refused_when_the_config_is_built(tmp_path):
     with pytest.raises(ValueError, match="weight_dtype"):
         TrainConfig(output_dir=str(tmp_path), max_steps=1, weight_dtype="fp8")
+
+
+class _OldModel:  # transformers < 5.18: only gradient_checkpointing_enable
+    def __init__(self):
+        self.calls = []
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        self.calls.append(("gradient", gradient_checkpointing_kwargs))
+
+
+class _NewModel(_OldModel):
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None):
+        self.calls.append(("activation", activation_checkpointing_kwargs))
+
+
+def test_activation_checkpointing_is_found_under_either_transformers_name():
+    from training_assets.trainers.loop import enable_activation_checkpointing
+
+    old, new = _OldModel(), _NewModel()
+    enable_activation_checkpointing(old)
+    enable_activation_checkpointing(new)
+    assert old.calls == [("gradient", {"use_reentrant": False})] and new.calls == [("activation", {"use_reentrant": False})]
+    with pytest.raises(ValueError, match="gradient_checkpointing=True: object has no activation checkpointing"):
+        enable_activation_checkpointing(object())
