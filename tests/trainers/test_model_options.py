@@ -57,3 +57,12 @@ def test_activation_checkpointing_is_found_under_either_transformers_name():
     assert old.calls == [("gradient", {"use_reentrant": False})] and new.calls == [("activation", {"use_reentrant": False})]
     with pytest.raises(ValueError, match="gradient_checkpointing=True: object has no activation checkpointing"):
         enable_activation_checkpointing(object())
+
+
+def test_the_numba_backend_on_a_gpu_host_is_refused_when_the_config_is_built(tmp_path, monkeypatch):
+    from training_assets.trainers import config as config_module
+
+    TrainConfig(output_dir=str(tmp_path), max_steps=1, kernel_backend="numba")  # CPU here: accepted
+    monkeypatch.setattr(config_module, "_cuda_here", lambda: True)
+    with pytest.raises(ValueError, match="kernel_backend='numba' runs on CPU tensors only.*kernel_backend='torch'"):
+        TrainConfig(output_dir=str(tmp_path), max_steps=1, kernel_backend="numba")

@@ -8,10 +8,12 @@ Pydantic models, frozen and closed (an unknown or misspelt field is an error, no
 field carries its help text; choice fields are ``Literal`` types, so the Dagster run configs built
 from these specs (``defs/training/config.py``) offer exactly these choices in the launchpad and
 reject a typo before launch. Defaults reproduce the seed's original behaviour: single-process
-fp32 AdamW at a constant learning rate. Nothing here imports torch.
+fp32 AdamW at a constant learning rate. Nothing here imports torch (but to check kernel_backend="numba" against a GPU).
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from typing import Any, Literal, get_args
 
@@ -260,6 +262,9 @@ class TrainConfig(BaseModel):
         if self.lr_scheduler == "constant" and self.warmup_steps > 0:
             raise ValueError(f"TrainConfig: lr_scheduler='constant' ignores warmup_steps={self.warmup_steps}; "
                              "use lr_scheduler='constant_with_warmup' (or another schedule)")
+        if self.kernel_backend == "numba" and _cuda_here():
+            raise ValueError("TrainConfig: kernel_backend='numba' runs on CPU tensors only and this host trains on its "
+                             "CUDA GPU; use kernel_backend='torch' (with use_liger=True for fused GPU kernels)")
         if self.grpo.rollout == "vllm" and self.lora is None:
             raise ValueError("TrainConfig: grpo.rollout='vllm' needs a LoRA run (set lora=LoraSpec(...)): the policy is "
                              "synced to vLLM as a runtime LoRA adapter, and vLLM cannot hot-load full weights over HTTP; "
@@ -277,6 +282,15 @@ class TrainConfig(BaseModel):
     def with_(self, **changes: Any) -> TrainConfig:
         """A copy with ``changes`` applied, validated like a new config."""
         return validated(type(self), {**self.model_dump(), **changes})
+
+
+def _cuda_here() -> bool:
+    """Whether the trainers here put the model on a GPU (asked only for kernel_backend='numba')."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch  # heavy: only when a Numba backend must be checked against the device
+
+    return torch.cuda.is_available()
 
 
 def validated(cls: type[BaseModel], data: dict[str, Any]) -> Any:
