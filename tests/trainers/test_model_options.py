@@ -66,3 +66,15 @@ def test_the_numba_backend_on_a_gpu_host_is_refused_when_the_config_is_built(tmp
     monkeypatch.setattr(config_module, "_cuda_here", lambda: True)
     with pytest.raises(ValueError, match="kernel_backend='numba' runs on CPU tensors only.*kernel_backend='torch'"):
         TrainConfig(output_dir=str(tmp_path), max_steps=1, kernel_backend="numba")
+
+
+def test_a_trainer_process_imports_no_polars():
+    import subprocess
+    import sys
+
+    code = ("import sys; from training_assets.trainers import get_trainer; import training_assets.trainers.jobs, "
+            "training_assets.trainers.grpo, training_assets.trainers.dpo, training_assets.rollout_buffer; "
+            "print(sorted(m for m in sys.modules if m == 'polars' or m.startswith('polars.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == "[]"  # a GPU image need not carry polars for the trainers
