@@ -138,6 +138,10 @@ def _served_model(root: Path, tracking_uri: str, generation: int) -> tuple[Path,
 
 
 def _collect(folder: Path, label: str, generation: int, settings: LoopSettings, root: Path, log) -> dict[str, Any]:
+    name = f"loop-g{generation}-{label}"
+    if (paths.inbox_dir(root) / f"{name}.jsonl").exists():  # a loop run again on its data root resumes
+        log(f"generation {generation}: {label}'s attempts are already in the inbox ({name}.jsonl)")
+        return {"batch": f"{name}.jsonl", "resumed": True}
     tasks = agentic.pick_tasks(load_tasks(TRAIN_TASKS), settings.collect_tasks)
     spec = ServeSpec(model_dir=str(folder), engine=settings.engine, dtype="float32",
                      log_path=str(root / LOOP_DIR / f"serve-g{generation}.log"))
@@ -150,7 +154,7 @@ def _collect(folder: Path, label: str, generation: int, settings: LoopSettings, 
     if len(unanswered) == len(report.traces):  # not one model turn: the server, not the model, failed
         raise LoopError(f"generation {generation}: no attempt got a model turn from {label}: "
                         f"{unanswered[0].outcome.error}; see {spec.log_path}")
-    batch = write_batch(report.traces, paths.inbox_dir(root), f"loop-g{generation}-{label}")
+    batch = write_batch(report.traces, paths.inbox_dir(root), name)
     log(f"generation {generation}: {label} attempted {len(tasks)} training tasks x{settings.attempts}: "
         f"{report.overall.rate:.3f} success -> {batch.name}")
     return {"batch": batch.name, "train_success": report.overall.model_dump(),

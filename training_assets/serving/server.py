@@ -55,6 +55,9 @@ class ServeSpec:
     # transformers serve --continuous-batching: concurrent requests decode in one batch (16 held-out
     # tasks, 8 in flight, SmolLM2-135M on 2 cores: 52 s against 67 s without); vLLM always batches
     continuous_batching: bool = True
+    # its KV cache's share of free memory: transformers' default (0.6-0.9) took 14 GB of this 24 GB host,
+    # and two servers at once (a test beside the loop) were killed for memory
+    cb_memory_fraction: float = 0.05
 
 
 def free_port() -> int:
@@ -78,7 +81,8 @@ def serve_command(spec: ServeSpec, engine: str, port: int) -> list[str]:
     if engine == "transformers":
         return [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
                 spec.model_dir, "--host", HOST, "--port", str(port), "--dtype", spec.dtype, "--log-level", "warning",
-                "--continuous-batching" if spec.continuous_batching else "--no-continuous-batching"]
+                *(["--continuous-batching", "--cb-max-memory-percent", str(spec.cb_memory_fraction)]
+                  if spec.continuous_batching else ["--no-continuous-batching"])]
     if engine == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ServeError("engine vllm: vLLM is not installed here (it needs a CUDA host: pip install "
