@@ -48,7 +48,7 @@ def _loop(args: argparse.Namespace) -> int:
         return fail(str(exc))
     emit(args, summary, _table(summary) + f"\nloop finished in {summary['elapsed_s']} s; plot {summary['plot']}")
     if not args.json:
-        print("RESULT " + json.dumps({"generations": summary["generations"], "elapsed_s": summary["elapsed_s"]}))
+        print("RESULT " + json.dumps({k: summary[k] for k in ("generations", "targets", "elapsed_s", "machine")}))
     return 0
 
 

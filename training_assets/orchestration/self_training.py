@@ -26,6 +26,7 @@ held-out success per generation (per family, 95% intervals) and where the time w
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -261,8 +262,29 @@ def _summarise(settings: LoopSettings, generations: list[dict[str, Any]], timing
     if results:
         (root / LOOP_DIR / "success.png").write_bytes(agentic.success_plot_png(
             [r.model_copy(update={"label": f"g{row['generation']}"}) for r, row in zip(results, rows, strict=True)]))
-    return {"settings": settings.model_dump(), "generations": rows, "records": generations, "timings_s": timings,
-            "elapsed_s": round(elapsed, 1), "plot": str(root / LOOP_DIR / "success.png")}
+    return {"settings": settings.model_dump(), "generations": rows, "targets": targets(rows, elapsed),
+            "records": generations, "timings_s": timings, "elapsed_s": round(elapsed, 1),
+            "machine": {"cpus": os.cpu_count(), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]},
+            "plot": str(root / LOOP_DIR / "success.png")}
+
+
+def targets(rows: list[dict[str, Any]], elapsed: float) -> dict[str, bool | None]:
+    """Issue 25's targets, each None when this run cannot tell (too few generations)."""
+    by_gen = {row["generation"]: row for row in rows}
+    out: dict[str, bool | None] = {"g1_overall_ge_0.60_every_family_ge_0.50": None,
+                                   "g2_weakest_family_gains_ge_0.10_none_worse": None,
+                                   "two_generations_le_20_min": None}
+    if 1 in by_gen:
+        g1 = by_gen[1]
+        out["g1_overall_ge_0.60_every_family_ge_0.50"] = (g1["overall"]["rate"] >= 0.60 and
+                                                          all(f["rate"] >= 0.50 for f in g1["families"].values()))
+    if 1 in by_gen and 2 in by_gen:
+        f1, f2 = by_gen[1]["families"], by_gen[2]["families"]
+        weakest = min(f1, key=lambda f: f1[f]["rate"])
+        out["g2_weakest_family_gains_ge_0.10_none_worse"] = (
+            f2[weakest]["rate"] >= f1[weakest]["rate"] + 0.10 and all(f2[f]["rate"] >= f1[f]["rate"] for f in f1))
+        out["two_generations_le_20_min"] = elapsed <= 20 * 60 if max(by_gen) == 2 else None
+    return out
 
 
 def _row(generation: int, result: agentic.AgenticResult, promoted: bool) -> dict[str, Any]:
