@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import sys
 
 from training_assets.base_model.fetch import FetchError
 from training_assets.commands import emit, fail
@@ -42,6 +44,9 @@ def _loop(args: argparse.Namespace) -> int:
         os.environ.setdefault(name, value)
     from training_assets.orchestration.self_training import LoopError, run_loop  # dagster: seconds, only here
 
+    # a model server runs in a session of its own (so a terminal's ^C reaches the loop first): SIGTERM
+    # becomes SystemExit, so the server's context manager stops it rather than leaving it running
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         summary = run_loop(settings, log=(lambda _msg: None) if args.json else print)
     except (LoopError, FetchError, HarnessError, ServeError) as exc:
