@@ -53,8 +53,10 @@ class ServeSpec:
     startup_timeout_s: float = 180.0
     log_path: str | None = None
     # transformers serve --continuous-batching: concurrent requests decode in one batch (16 held-out
-    # tasks, 8 in flight, SmolLM2-135M on 2 cores: 52 s against 67 s without); vLLM always batches
-    continuous_batching: bool = True
+    # tasks, 8 in flight, SmolLM2-135M on 2 cores: 52 s against 67 s without), but on CPU with its KV
+    # cache capped (below) a server under load stopped answering mid-run (25 of 105 requests, then
+    # none for minutes at full CPU): off by default here; vLLM always batches
+    continuous_batching: bool = False
     # its KV cache's share of free memory: transformers' default (0.6-0.9) took 14 GB of this 24 GB host,
     # and two servers at once (a test beside the loop) were killed for memory
     cb_memory_fraction: float = 0.05
