@@ -4,46 +4,18 @@ in-process servers' INFO logs stay out of the output; `--max-turns` below 1 is r
 
 import json
 import subprocess
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anyio
 import pytest
 
 from tests.agent.conftest import BIN, REPO
+from tests.chat_server import ScriptedChat
 
 
-class ChatServer:
+def ChatServer(reply: Callable[[dict], tuple[int, bytes]]) -> ScriptedChat:  # noqa: N802 (was a class)
     """A chat-completions endpoint on 127.0.0.1: ``reply(request body) -> (status, body bytes)``."""
-
-    def __init__(self, reply: Callable[[dict], tuple[int, bytes]]) -> None:
-        self.requests: list[dict] = []
-        chat = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                chat.requests.append(body)
-                status, payload = reply(body)
-                self.send_response(status)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def __enter__(self) -> "ChatServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return ScriptedChat(lambda body, _index: reply(body), content_type=None)
 
 
 def message(**fields) -> tuple[int, bytes]:

@@ -4,11 +4,11 @@ that is down; every attempt a scored trace that ingest accepts, written whole in
 
 import json
 import socket
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.chat_server import ScriptedChat
 
 from training_assets.harness.client import chat_client
 from training_assets.harness.errors import HarnessError
@@ -18,39 +18,6 @@ from training_assets.traces import read_batch
 
 CALC = Task(task_id="calc-1", family="calculator", prompt="What is 3 * 4?", tools=["calculator"], expected_answer="12")
 LISTS = Task(task_id="lists-1", family="lists", prompt="Sort: pear, fig", tools=["sort_list"], expected_answer="fig, pear")
-
-
-class ScriptedServer:
-    """A chat-completions server: ``reply(request body, index of the request) -> (status, body bytes)``."""
-
-    def __init__(self, reply: Callable[[dict, int], tuple[int, bytes]]) -> None:
-        self.requests: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                server.requests.append(body)
-                status, payload = reply(body, len(server.requests) - 1)
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def __enter__(self) -> "ScriptedServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def message(**fields) -> tuple[int, bytes]:
@@ -76,12 +43,12 @@ def scripted(*turns: tuple[int, bytes]) -> Callable[[dict, int], tuple[int, byte
     return reply
 
 
-def _client(server: ScriptedServer):
+def _client(server: ScriptedChat):
     return chat_client(server.url, timeout_s=10, max_retries=0)
 
 
 def test_a_parsed_tool_call_then_an_answer_is_a_success_with_the_tool_result_in_the_trace():
-    with ScriptedServer(scripted(parsed_call("calculator", {"expression": "3*4"}), message(content="12."))) as server:
+    with ScriptedChat(scripted(parsed_call("calculator", {"expression": "3*4"}), message(content="12."))) as server:
         trace = run_attempt(_client(server), "smol-v1", CALC, generation=3)
     assert trace.outcome.success and trace.outcome.score == 1.0 and trace.final_answer == "12."
     roles = [m.role for m in trace.messages]
@@ -98,7 +65,7 @@ def test_a_parsed_tool_call_then_an_answer_is_a_success_with_the_tool_result_in_
 
 def test_a_tool_call_written_in_the_content_is_parsed_and_run():
     call = '<tool_call>{"name": "sort_list", "arguments": {"items": ["pear", "fig"]}}</tool_call>'
-    with ScriptedServer(scripted(message(content=call), message(content="fig, pear"))) as server:
+    with ScriptedChat(scripted(message(content=call), message(content="fig, pear"))) as server:
         trace = run_attempt(_client(server), "m", LISTS)
     assert trace.outcome.success
     assert trace.messages[2].tool_calls[0].function.name == "sort_list" and trace.messages[3].content == "fig, pear"
@@ -106,7 +73,7 @@ def test_a_tool_call_written_in_the_content_is_parsed_and_run():
 
 
 def test_a_wrong_answer_scores_zero():
-    with ScriptedServer(scripted(message(content="53 - 41"))) as server:
+    with ScriptedChat(scripted(message(content="53 - 41"))) as server:
         trace = run_attempt(_client(server), "m", CALC)
     assert not trace.outcome.success and trace.outcome.score == 0.0 and trace.outcome.error is None
     assert trace.metadata.model_dump()["turns"] == 1
@@ -118,7 +85,7 @@ def test_a_wrong_answer_scores_zero():
     ('<tool_call>{"arguments": {}}</tool_call>', 'has no "name"'),
 ])
 def test_a_tool_call_whose_json_does_not_parse_is_a_failed_attempt_recorded_in_the_trace(content, why):
-    with ScriptedServer(scripted(message(content=content))) as server:
+    with ScriptedChat(scripted(message(content=content))) as server:
         trace = run_attempt(_client(server), "m", CALC)
     assert not trace.outcome.success and trace.outcome.error.startswith("turn 1: ") and why in trace.outcome.error
     assert trace.messages[-1].role == "assistant" and trace.messages[-1].content == content  # kept as the model wrote it
@@ -126,14 +93,14 @@ def test_a_tool_call_whose_json_does_not_parse_is_a_failed_attempt_recorded_in_t
 
 
 def test_a_model_that_never_stops_calling_tools_hits_the_turn_cap():
-    with ScriptedServer(scripted(parsed_call("calculator", {"expression": "1+1"}))) as server:
+    with ScriptedChat(scripted(parsed_call("calculator", {"expression": "1+1"}))) as server:
         trace = run_attempt(_client(server), "m", CALC, max_turns=3)
     assert not trace.outcome.success and trace.outcome.error == "turn cap 3 reached" and len(server.requests) == 3
     assert [m.role for m in trace.messages].count("tool") == 3 and trace.final_answer is None
 
 
 def test_a_bad_tool_call_is_an_error_result_the_model_reads_and_the_attempt_goes_on():
-    with ScriptedServer(scripted(parsed_call("calculate", {"expression": "3*4"}),
+    with ScriptedChat(scripted(parsed_call("calculate", {"expression": "3*4"}),
                                  parsed_call("calculator", {"expression": "3*4"}), message(content="12"))) as server:
         trace = run_attempt(_client(server), "m", CALC)
     assert trace.outcome.success and trace.messages[3].content.startswith("error: unknown tool 'calculate'")
@@ -145,7 +112,7 @@ def test_a_bad_tool_call_is_an_error_result_the_model_reads_and_the_attempt_goes
     ((200, b'{"choices": []}'), "not a chat-completions answer"),
 ])
 def test_an_api_error_or_garbage_mid_attempt_is_a_scored_failed_attempt(turn, error):
-    with ScriptedServer(scripted(parsed_call("calculator", {"expression": "3*4"}), turn)) as server:
+    with ScriptedChat(scripted(parsed_call("calculator", {"expression": "3*4"}), turn)) as server:
         trace = run_attempt(_client(server), "m", CALC)
     assert not trace.outcome.success and trace.outcome.error.startswith("turn 2: ") and error in trace.outcome.error
     assert "\n" not in trace.outcome.error and [m.role for m in trace.messages][-1] == "tool"  # the messages so far
@@ -181,7 +148,7 @@ def test_run_tasks_reports_per_family_and_writes_a_batch_ingest_accepts(tmp_path
         return (parsed_call("calculator", {"expression": "3*4"}) if "3 * 4" in prompt
                 else parsed_call("reverse_list", {"items": ["fig", "pear"]}))
 
-    with ScriptedServer(reply) as server:
+    with ScriptedChat(reply) as server:
         report = run_tasks(_client(server), "smol-v2", tasks, concurrency=2, generation=1)
     assert [t.task_id for t in report.traces] == ["calc-1", "lists-1", "calc-2"]
     assert (report.overall.n, report.overall.successes) == (3, 2)
