@@ -94,7 +94,8 @@ class LoopSettings(BaseModel):
     attempts: int = Field(2, ge=1, le=8, description="Attempts per task (sampled): success/failure pairs and GRPO groups.")
     temperature: float = Field(0.7, ge=0.0, description="Sampling temperature while collecting (the held-out eval is greedy).")
     held_out_tasks: int = Field(105, ge=1, description="Held-out tasks of the agentic eval (families in turn).")
-    concurrency: int = Field(8, ge=1, le=64, description="Attempts in flight against the server.")
+    concurrency: int = Field(8, ge=1, le=64, description="Attempts in flight against a server that batches (vLLM, continuous "
+                             "batching); a sequential server gets one at a time.")
     engine: Literal["auto", "transformers", "vllm"] = Field("auto", description="Model server engine.")
     sft_steps: int = Field(14, ge=1, description="SFT optimizer steps (every weight: the graph's sft kind).")
     dpo_steps: int = Field(6, ge=1, description="DPO optimizer steps on the success/failure pairs.")

@@ -56,10 +56,10 @@ def test_compose_file_has_every_service_and_the_gpu_profile(rendered):
         f"{v['source']}:{v['target']}" if isinstance(v, dict) else v for v in services["code-location"]["volumes"])
 
 
-def test_only_the_uis_publish_ports_and_only_on_loopback(rendered):
+def test_only_the_uis_and_model_servers_publish_ports_and_only_on_loopback(rendered):
     services = rendered["services"]
     published = {name: s.get("ports", []) for name, s in services.items() if s.get("ports")}
-    assert set(published) == {"webserver", "mlflow", "vllm"}, published
+    assert set(published) == {"webserver", "mlflow", "vllm", "model-server"}, published
     for name, ports in published.items():
         for port in ports:
             text = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port['published']}"

@@ -37,3 +37,11 @@ def test_a_folder_that_is_no_model_or_a_server_that_dies_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ServeError, match="exited with"):
         ModelServer(ServeSpec(model_dir=str(tmp_path), engine="transformers", startup_timeout_s=120)).start()
+
+
+def test_a_sequential_server_gets_one_request_at_a_time(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    sequential = ModelServer(ServeSpec(model_dir=str(tmp_path), engine="transformers"))
+    batching = ModelServer(ServeSpec(model_dir=str(tmp_path), engine="transformers", continuous_batching=True))
+    assert sequential.in_flight(8) == 1  # more would queue behind it, each timeout running while it waits
+    assert batching.in_flight(8) == 8 and batching.in_flight(1) == 1

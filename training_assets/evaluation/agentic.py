@@ -43,7 +43,8 @@ class AgenticSettings(BaseModel):
     max_tasks: int = Field(0, ge=0, description="Held-out tasks to run (the file's first N per family, round-robin); 0 = all.")
     max_turns: int = Field(3, ge=1, le=16, description="Assistant turns per attempt before it is scored a failure.")
     max_tokens: int = Field(96, ge=8, description="New tokens per assistant turn (>= 64 keeps 5-item list calls whole).")
-    concurrency: int = Field(4, ge=1, le=64, description="Attempts in flight at once against the server.")
+    concurrency: int = Field(4, ge=1, le=64, description="Attempts in flight against a server that batches (vLLM, continuous "
+                             "batching); a sequential server gets one at a time.")
     engine: str = Field("auto", description="Server engine: auto (vLLM on a GPU host when installed), transformers or vllm.")
     serve_dtype: str = Field("float32", description="transformers serve --dtype (float32 is the fast path on CPUs).")
     level: float = Field(0.95, gt=0.0, lt=1.0, description="Confidence level of the bootstrap intervals.")
@@ -121,7 +122,8 @@ def evaluate_checkpoint(checkpoint_dir: str | os.PathLike[str], version: str, la
     with ModelServer(spec) as server:
         log(f"{label}: served by {server.engine} at {server.base_url}; {len(tasks)} held-out tasks")
         client = chat_client(server.base_url, timeout_s=120.0)
-        report = run_tasks(client, server.model, tasks, concurrency=settings.concurrency, generation=generation,
+        report = run_tasks(client, server.model, tasks, concurrency=server.in_flight(settings.concurrency),
+                           generation=generation,
                            max_turns=settings.max_turns, max_tokens=settings.max_tokens)
     result = summarise(report, label, version, sid, settings)
     write_json_atomic(results_path(report_dir, version, sid), result.model_dump(mode="json"))

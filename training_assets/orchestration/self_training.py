@@ -148,7 +148,7 @@ def _collect(folder: Path, label: str, generation: int, settings: LoopSettings, 
                      log_path=str(root / LOOP_DIR / f"serve-g{generation}.log"))
     with ModelServer(spec) as server:
         client = chat_client(server.base_url, timeout_s=120.0)
-        report = run_tasks(client, server.model, tasks, concurrency=settings.concurrency, generation=generation,
+        report = run_tasks(client, server.model, tasks, concurrency=server.in_flight(settings.concurrency), generation=generation,
                            attempts=settings.attempts, temperature=settings.temperature, seed=settings.seed,
                            served_as=label)
     unanswered = [t for t in report.traces if not any(m.role == "assistant" for m in t.messages)]

@@ -109,6 +109,13 @@ class ModelServer:
         self.process: subprocess.Popen | None = None
         self.log_path = Path(spec.log_path) if spec.log_path else Path(spec.model_dir).parent / f"serve-{self.port}.log"
 
+    def in_flight(self, requested: int) -> int:
+        """How many requests a client should keep in flight: ``transformers serve`` without continuous
+        batching generates one request at a time, so more would only queue behind it, and each queued
+        request's timeout would run while it waits (under load, a queue of 120 s timeouts, retried)."""
+        sequential = self.engine == "transformers" and not self.spec.continuous_batching
+        return 1 if sequential else requested
+
     @property
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}/v1"
