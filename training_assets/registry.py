@@ -175,13 +175,22 @@ class ModelRegistry:
         except MlflowException:
             raise RegistryError(f"{self.model_name} has no version {version}; see `training-assets registry list`") from None
 
-    def pick_for_role(self, role: str) -> ModelDefinition:
-        """The model currently serving ``role`` (the version its alias points at)."""
+    def serving(self, role: str) -> ModelDefinition | None:
+        """The model currently serving ``role`` (the version its alias points at), or None when no
+        version has been promoted to it yet (the first registration for a role)."""
         model = self._registered()
         if model is None or role not in model.aliases:
+            return None
+        return self.get(int(model.aliases[role]))
+
+    def pick_for_role(self, role: str) -> ModelDefinition:
+        """The model currently serving ``role``; a RegistryError naming the roles there are when none does."""
+        current = self.serving(role)
+        if current is None:
+            model = self._registered()
             roles = sorted(model.aliases) if model else []
             raise RegistryError(f"no model registered for role {role!r} in {self.model_name} (roles: {roles})")
-        return self.get(int(model.aliases[role]))
+        return current
 
     def history(self, role: str) -> list[int]:
         """Versions promoted for ``role``, oldest first; the last one is live."""

@@ -9,9 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -19,6 +17,7 @@ import pytest
 import requests
 
 from tests.agent.conftest import BIN, REPO, call, error_text, free_port, instance_runs, make_home, snapshot, write_samples
+from tests.chat_server import ScriptedChat
 from training_assets import kinds
 from training_assets.agent.server import build_server
 
@@ -148,33 +147,17 @@ def test_a_workflow_whose_sft_gate_is_impossibly_high_stops_at_that_gate_and_reg
     assert [v["version"] for v in call(server, "registry_list", {}).structured_content["versions"]] == [1]
 
 
-class ScriptedModel:
-    """A chat-completions endpoint on 127.0.0.1 answering with pre-written tool calls, per stage."""
+def stage_script(script: dict[str, list[dict]]):
+    """A ScriptedChat reply answering each stage's requests with its pre-written turns, in order."""
+    turns_left = {k: list(v) for k, v in script.items()}
 
-    def __init__(self, script: dict[str, list[dict]]) -> None:
-        self.script, self.requests = {k: list(v) for k, v in script.items()}, []
-        model = self
+    def reply(body: dict, _index: int) -> tuple[int, bytes]:
+        stage = body["messages"][1]["content"].split("stage ", 1)[1].split(".", 1)[0]
+        turns = turns_left.get(stage) or [{"content": f"{stage}: nothing to do"}]
+        message = {"role": "assistant", **turns.pop(0)}
+        return 200, json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).encode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                model.requests.append(body)
-                stage = body["messages"][1]["content"].split("stage ", 1)[1].split(".", 1)[0]
-                turns = model.script.get(stage) or [{"content": f"{stage}: nothing to do"}]
-                message = {"role": "assistant", **turns.pop(0)}
-                payload = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    return reply
 
 
 def tool_call(i: int, name: str, arguments: dict) -> dict:
@@ -185,7 +168,7 @@ def tool_call(i: int, name: str, arguments: dict) -> dict:
 def test_the_agent_loop_drives_each_persona_with_its_own_tools_and_stops_at_a_failed_gate(trained):
     from training_assets.agent.driver import ChatEndpoint, run_agent
 
-    model = ScriptedModel({
+    script = stage_script({
         "curate": [tool_call(1, "curate_corpus", {}), {"content": "corpus is fresh"}],
         "train": [tool_call(2, "register_model", {"options": {"execute": True}}),
                   tool_call(3, "train_sft", {}), {"content": "sft is fresh"}],
@@ -195,10 +178,8 @@ def test_the_agent_loop_drives_each_persona_with_its_own_tools_and_stops_at_a_fa
                  {"content": "the gate failed"}],
         "align": [tool_call(5, "train_dpo", {"options": {"execute": True}})],
     })
-    try:
+    with ScriptedChat(script) as model:
         report = anyio.run(lambda: run_agent("train_model", ChatEndpoint(model.url, "scripted"), log=lambda _m: None))
-    finally:
-        model.httpd.shutdown()
     stages = {s.name: s for s in report.stages}
     assert report.status == "STOPPED_AT_GATE" and report.stopped_at.startswith("eval")
     assert "pass_rate" in report.reason and "< min 1.000" in report.reason and list(stages)[-1] == "eval", \

@@ -25,7 +25,11 @@ def test_same_checkpoint_id_gives_the_same_version(registry, tiny_checkpoints):
 
 
 def test_pick_for_role_follows_the_alias_and_rollback_moves_it_back(registry, tiny_checkpoints):
+    assert registry.serving("generator") is None  # nothing promoted yet: the first registration for the role
+    with pytest.raises(RegistryError, match="no model registered for role 'generator'"):
+        registry.pick_for_role("generator")
     register_checkpoint(registry, tiny_checkpoints["adapter"], TARGET, "ck-1")
+    assert registry.serving("generator").checkpoint_id == "ck-1"
     register_checkpoint(registry, tiny_checkpoints["base"], TARGET, "ck-2")
     assert registry.pick_for_role("generator").checkpoint_id == "ck-2"
     assert registry.history("generator") == [1, 2]

@@ -46,7 +46,7 @@ from training_assets.harness.teacher import teacher_trace
 from training_assets.orchestration.catalog import defs, get_instance, tick_sensor
 from training_assets.orchestration.demo import missing_partitions
 from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG
-from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError
+from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry
 from training_assets.serving.server import ModelServer, ServeSpec, servable_folder
 from training_assets.settings import LoopSettings
 from training_assets.storage import atomic_path, canonical_json, write_json_atomic
@@ -71,6 +71,8 @@ def chain_config(settings: LoopSettings) -> dict[str, dict[str, Any]]:
     lora = {"r": 16, "alpha": 32}  # DPO and GRPO: LoRA on every projection (LoraSpec's target_modules) of the SFT model
     small_eval = {"benchmark_tasks": [], "max_new_tokens": 16, "max_bpb_vs_uniform": None}
     return {
+        # the dataset leaves out (and counts) what the trainers would otherwise truncate
+        "sft_dataset": {"max_tokens": settings.max_seq_len},
         "sft_checkpoint": {**common, "max_steps": settings.sft_steps, "batch_size": settings.batch_size,
                            "lr": settings.lr},
         "dpo_checkpoint": {**common, "max_steps": settings.dpo_steps, "lora": lora,
@@ -125,11 +127,8 @@ def _failures(result: dg.ExecuteInProcessResult) -> list[str]:
 
 def _served_model(root: Path, tracking_uri: str, generation: int) -> tuple[Path, str]:
     """The folder the role serves now and its label: the registered version, else the base."""
-    try:
-        registry = ModelRegistry(tracking_uri, DEFAULT_MODEL_NAME)
-        current = registry.pick_for_role(ROLE)
-    except RegistryError:
-        current = None
+    registry = ModelRegistry(tracking_uri, DEFAULT_MODEL_NAME)
+    current = registry.serving(ROLE)
     if current is not None:
         return servable_folder(registry.local_dir(current), root / "serving"), f"{ROLE}-v{current.version}"
     base = current_base_model(root)

@@ -150,6 +150,76 @@ def shifted_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[torch.T
     return loss, float(n_targets)
 
 
+def prefix_batch(rows: Sequence[dict[str, Any]], groups: Sequence[tuple[int, int]], row_group: Sequence[int],
+                 pad_id: int) -> dict[str, Any]:
+    """Tensors for ``shared_prefix_ce`` from ``sft.shared_prefixes``: each group's prefix, and each row's
+    suffix (what follows its group's prefix; the whole row when it has none) with its positions and
+    its labels already shifted (``suffix_labels[i, j]`` is the target of suffix position ``j``)."""
+    starts = [groups[g][1] if g >= 0 else 0 for g in row_group]
+    suffixes = [r["input_ids"][p:] for r, p in zip(rows, starts)]
+    targets = [r["labels"][p + 1:] for r, p in zip(rows, starts)]
+    width = max(map(len, suffixes))
+    return {
+        "prefix_ids": [torch.tensor(rows[rep]["input_ids"][:length], dtype=torch.long) for rep, length in groups],
+        "row_group": torch.tensor(row_group, dtype=torch.long),
+        "prefix_len": torch.tensor(starts, dtype=torch.long),
+        "suffix_ids": pad_rows(suffixes, pad_id, width),
+        "suffix_mask": ones_mask(list(map(len, suffixes)), width),
+        "suffix_labels": pad_rows(targets, IGNORE_INDEX, width),
+    }
+
+
+def _plain_dynamic_cache(cache: Any) -> bool:
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    return type(cache) is DynamicCache and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def shared_prefix_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[torch.Tensor, float]:
+    """``shifted_ce`` with each shared prefix run once (``batch["shared"]``, from ``prefix_batch``).
+
+    Each group's prefix runs alone (no padding computed); its per-layer keys and values are padded to
+    the longest prefix, gathered per row and handed to the suffix forward as its cache, with an
+    attention mask that hides each row's padded prefix slots and position ids that continue its own
+    prefix. Models whose cache is not a plain ``DynamicCache`` (sliding windows, hybrid layers) take
+    the full rows instead.
+    """
+    shared, device = batch["shared"], device_of(model)
+    caches = []
+    for prefix in shared["prefix_ids"]:
+        out = model(input_ids=prefix[None].to(device), use_cache=True, logits_to_keep=1) \
+            if _supports_logits_to_keep(model) else model(input_ids=prefix[None].to(device), use_cache=True)
+        cache = out.cache if "cache" in out else out.past_key_values  # renamed in transformers 5.24
+        if not _plain_dynamic_cache(cache):
+            return shifted_ce(model, batch, backend)
+        caches.append(cache)
+    width = max(len(p) for p in shared["prefix_ids"])
+    gather = shared["row_group"].to(device).clamp(min=0)  # rows without a group take group 0's slots, masked below
+
+    def per_row(tensors: list[torch.Tensor]) -> torch.Tensor:  # (1, H, P_g, D) each -> (B, H, width, D)
+        return torch.cat([torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[2])) for t in tensors])[gather]
+
+    cache = caches[0]
+    for layer in range(len(cache.layers)):
+        keys = per_row([c.layers[layer].keys for c in caches])
+        values = per_row([c.layers[layer].values for c in caches])
+        cache.layers[layer].keys, cache.layers[layer].values = keys, values
+    prefix_len = shared["prefix_len"].to(device)
+    prefix_mask = (torch.arange(width, device=device)[None, :] < prefix_len[:, None]).long()  # 0 where no group
+    suffix_ids, suffix_mask = shared["suffix_ids"].to(device), shared["suffix_mask"].to(device)
+    positions = prefix_len[:, None] + torch.arange(suffix_ids.shape[1], device=device)[None, :]
+    # transformers 5.24 renamed past_key_values to cache (the old name warns, then goes in 5.40)
+    cache_arg = "cache" if "cache" in _forward_parameters(model) else "past_key_values"
+    logits = model(input_ids=suffix_ids, attention_mask=torch.cat([prefix_mask, suffix_mask], dim=1),
+                   position_ids=positions, use_cache=True, **{cache_arg: cache}).logits  # (B, S, V)
+    labels = shared["suffix_labels"].to(device)
+    n_targets = int((labels != IGNORE_INDEX).sum())
+    if n_targets == 0:
+        return logits.sum() * 0.0, 0.0
+    V = logits.shape[-1]
+    return objectives.cross_entropy(logits.reshape(-1, V).float(), labels.reshape(-1), backend=backend), float(n_targets)
+
+
 def token_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     """(B, T-1) log p(x_{t+1} | x_≤t) from (B, T, V) logits."""
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)

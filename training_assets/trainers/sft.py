@@ -13,6 +13,14 @@ A ``DatasetRows`` (the memory-mapped ``sft_dataset``) is planned from its column
 micro-batch at a time (``LazyRows``): packing groups come from the ``input_ids`` list lengths, and
 each micro-batch reads only its examples. The rows, groups and losses equal the list path's.
 
+Shared prefixes (``TrainConfig.share_prefixes``, on by default, unpacked rows): rows of a
+micro-batch that begin with the same tokens — the system turn with its tool schemas, 240 to 990
+of a loop conversation's 330 to 1,240 tokens — have that prefix computed once per group
+(``shared_prefixes``) and its keys and values reused by each row, which then runs only its own
+suffix; the gradient reaches the prefix through every row that used it. Exact (the same loss and
+gradients as the full rows, to float rounding: tested), and only where no prefix position carries
+a label. Off with packing and with gradient checkpointing (which runs without a cache).
+
 ``modeling`` (torch) is imported by ``collate`` and ``loss``: building and planning an SFT trainer
 imports no torch.
 """
@@ -28,6 +36,58 @@ import numpy as np
 from training_assets.dataset_rows import DatasetRows
 from training_assets.trainers.base import Examples, LazyRows, TrainerBase, as_examples
 from training_assets.trainers.plan import Plan, make_plan
+
+
+MIN_SHARED_PREFIX = 32  # tokens: below this a separate prefix forward costs more than it saves
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    x, y = np.asarray(a[:n]), np.asarray(b[:n])
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if diff.size else n
+
+
+def shared_prefixes(ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]],
+                    min_shared: int = MIN_SHARED_PREFIX) -> tuple[list[tuple[int, int]], list[int]] | None:
+    """Groups of rows that start with the same tokens: ``([(representative row, prefix length), ...],
+    group of each row (-1: none))``, or None when no two rows share ``min_shared`` tokens.
+
+    A row's prefix never reaches a labelled token (positions ``0..P-1`` predict tokens ``1..P``, all
+    -100) and leaves at least one token to run. In row order (deterministic), a row joins the group
+    where that computes the fewest tokens: sharing ``l`` tokens with a group of ``m`` rows whose
+    prefix is ``P`` saves ``l`` for the row but costs ``m * (P - l)`` for the members (the prefix
+    shrinks to what all share), so a calculator row does not pull the list tools' 990-token system
+    turn down to the 60 tokens both begin with; otherwise it starts a group of its own.
+    """
+    caps = []
+    for row, lab in zip(ids, labels):
+        labelled = np.flatnonzero(np.asarray(lab[1:]) != -100)
+        first = int(labelled[0]) + 1 if labelled.size else len(row)
+        caps.append(max(0, min(len(row) - 1, first - 1)))
+    groups: list[list[int]] = []  # [representative, prefix length, members]
+    members: list[list[int]] = []
+    for i, row in enumerate(ids):
+        best, best_len, best_gain = -1, 0, 0
+        for g, (rep, length) in enumerate(groups):
+            shared = _common_prefix(ids[rep], row, min(length, caps[i]))
+            gain = shared - len(members[g]) * (length - shared)
+            if shared >= min_shared and gain > best_gain:
+                best, best_len, best_gain = g, shared, gain
+        if best >= 0:
+            groups[best][1] = best_len
+            members[best].append(i)
+        else:
+            groups.append([i, caps[i]])
+            members.append([i])
+    shared_groups = [g for g, m in enumerate(members) if len(m) > 1 and groups[g][1] >= min_shared]
+    if not shared_groups:
+        return None
+    row_group = [-1] * len(ids)
+    for new, g in enumerate(shared_groups):
+        for i in members[g]:
+            row_group[i] = new
+    return [(groups[g][0], groups[g][1]) for g in shared_groups], row_group
 
 
 def pack_bounds(lengths: Sequence[int], max_len: int) -> list[int]:
@@ -164,7 +224,12 @@ class SFTTrainer(TrainerBase):
         return LazyRows(len(bounds) - 1, make)
 
     def collate(self, rows: list[dict[str, Any]], model: Any) -> dict[str, Any]:
-        from training_assets.trainers.modeling import IGNORE_INDEX, ones_mask, pad_rows  # torch: planning stays torch-free
+        from training_assets.trainers.modeling import (  # torch: planning stays torch-free
+            IGNORE_INDEX,
+            ones_mask,
+            pad_rows,
+            prefix_batch,
+        )
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch: dict[str, Any] = {"input_ids": pad_rows([r["input_ids"] for r in rows], pad_id),
@@ -176,12 +241,18 @@ class SFTTrainer(TrainerBase):
         else:
             batch["attention_mask"] = ones_mask([len(r["input_ids"]) for r in rows], batch["input_ids"].shape[1])
             batch["n_tokens"] = int(batch["attention_mask"].sum())
+            if self.config.share_prefixes and not self.config.gradient_checkpointing:
+                shared = shared_prefixes([r["input_ids"] for r in rows], [r["labels"] for r in rows])
+                if shared is not None:
+                    batch["shared"] = prefix_batch(rows, *shared, pad_id)
         batch["weight"] = float((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
         return batch
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, float]:
-        from training_assets.trainers.modeling import shifted_ce  # torch: planning stays torch-free
+        from training_assets.trainers.modeling import shared_prefix_ce, shifted_ce  # torch: planning stays torch-free
 
+        if "shared" in batch:
+            return shared_prefix_ce(model, batch, self.config.kernel_backend)
         return shifted_ce(model, batch, self.config.kernel_backend)
 
 

@@ -74,7 +74,7 @@ def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
     # pyarrow (~0.3 s) under each: the server builds without them
     from training_assets.checkpoint_manifest import read_manifest  # pyarrow
     from training_assets.evaluation.report import load_eval_report  # pyarrow
-    from training_assets.registry import RegistryError, promotion_verdict  # pyarrow
+    from training_assets.registry import promotion_verdict  # pyarrow
 
     manifest = read_manifest(rt.root, "merged_adapter")
     ok, reason = promotion_verdict(load_eval_report(paths.asset_dir("merged_eval_report", rt.root)), manifest)
@@ -84,11 +84,8 @@ def _promotion(rt: Runtime, result: ActionResult) -> dict[str, Any]:
     registry = _registry(rt, values["model_name"])
     facts: dict[str, Any] = {"promotion_allowed": ok, "promotion_reason": reason, "checkpoint_id": checkpoint_id}
     if registry is not None:
-        try:
-            current = registry.pick_for_role(values["role"])
-            facts["serving_now"] = {"version": current.version, "checkpoint_id": current.checkpoint_id}
-        except RegistryError:
-            facts["serving_now"] = None
+        current = registry.serving(values["role"])
+        facts["serving_now"] = {"version": current.version, "checkpoint_id": current.checkpoint_id} if current else None
         existing = registry.find(checkpoint_id)
         facts["already_registered_as"] = existing.version if existing else None
     return facts

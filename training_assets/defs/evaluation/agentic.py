@@ -26,7 +26,7 @@ from training_assets.defs.settings import spec_config
 from training_assets.evaluation import agentic
 from training_assets.harness.families import HELD_OUT_TASKS
 from training_assets.harness.tasks import load_tasks
-from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError
+from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry
 from training_assets.storage import fingerprint, write_json_atomic
 
 ASSET = "agentic_eval_report"
@@ -45,16 +45,14 @@ AgenticEvalConfig = spec_config(
 
 def _baseline(context, config, root: Path, report_dir: Path, serve_cache: Path, tasks, settings, tracking_uri: str):
     """The role's registered version's results (evaluated once per version), else the base model's."""
-    try:
-        current = ModelRegistry(tracking_uri, config.model_name).pick_for_role(config.role)
-    except RegistryError:
-        current = None
+    registry = ModelRegistry(tracking_uri, config.model_name)
+    current = registry.serving(config.role)
     if current is not None:
         version = current.checkpoint_id.removeprefix(f"{CANDIDATE}-")
         stored = agentic.load_result(report_dir, version, agentic.settings_id(tasks, settings))
         if stored is not None:
             return stored
-        snapshot = ModelRegistry(tracking_uri, config.model_name).local_dir(current)
+        snapshot = registry.local_dir(current)
         return agentic.evaluate_checkpoint(snapshot, version, f"{config.role} v{current.version}", tasks,
                                            report_dir=report_dir, serve_cache=serve_cache, settings=settings,
                                            log=context.log.info)[0]

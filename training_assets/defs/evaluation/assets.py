@@ -20,7 +20,7 @@ from training_assets import kinds, paths
 from training_assets.defs.automation import follow_condition
 from training_assets.defs.metadata import md_table, png_markdown
 from training_assets.defs.resources import DataRoot, MlflowTracking
-from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry, RegistryError
+from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry
 from training_assets.storage import fingerprint, sha256_file
 from training_assets import evaluation
 from training_assets.checkpoint_manifest import read_manifest
@@ -88,10 +88,9 @@ def _baseline(context: dg.AssetExecutionContext, config: dg.Config, settings: ev
     """
     if not isinstance(config, PromotionEvalConfig):
         return {}, None
-    try:
-        registry = ModelRegistry(tracking_uri, config.model_name)
-        current = registry.pick_for_role(config.role)
-    except RegistryError:
+    registry = ModelRegistry(tracking_uri, config.model_name)
+    current = registry.serving(config.role)
+    if current is None:
         return {}, None  # first registration for the role: thresholds only
     name = f"v{current.version} ({current.checkpoint_id})"
     tasks, limit = settings.benchmark_tasks, settings.benchmark_limit or None

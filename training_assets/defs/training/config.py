@@ -18,7 +18,7 @@ from training_assets.trainers import LoraSpec, TrainConfig
 
 # TrainConfig fields a checkpoint asset's run config exposes (paths, tracking and resume are the asset's own)
 TRAIN_FIELDS = ("max_steps", "epochs", "batch_size", "grad_accum", "lr", "weight_decay", "warmup_steps", "lr_scheduler",
-                "max_seq_len", "precision", "weight_dtype", "max_grad_norm", "gradient_checkpointing", "save_steps", "seed",
+                "max_seq_len", "precision", "weight_dtype", "max_grad_norm", "gradient_checkpointing", "share_prefixes", "save_steps", "seed",
                 "kernel_backend", "torch_threads", "tracker")
 
 
