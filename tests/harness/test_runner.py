@@ -165,3 +165,30 @@ def test_run_tasks_reports_per_family_and_writes_a_batch_ingest_accepts(tmp_path
     with pytest.raises(HarnessError, match=r"\.\.|path separator|letter or digit"):
         write_batch(report.traces, tmp_path / "inbox", "../escape")
     assert batch.read_bytes().count(b"\n") == 3
+
+
+def test_an_interrupted_run_stops_at_the_attempt_in_flight(monkeypatch):
+    import signal
+    import time
+
+    class Interrupted(Exception):
+        pass
+
+    def slow(body, index):
+        time.sleep(0.3)
+        return message(content="12")
+
+    def interrupt(*_):
+        raise Interrupted  # what ^C (KeyboardInterrupt) or the loop's SIGTERM handler (SystemExit) raises
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with ScriptedChat(slow) as server:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(Interrupted):
+                run_tasks(_client(server), "m", [CALC] * 20, concurrency=1)
+            time.sleep(0.5)  # an attempt already in flight finishes; none after it starts
+            assert len(server.requests) <= 3, f"{len(server.requests)} of 20 attempts ran after the interrupt"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -204,7 +204,13 @@ def run_tasks(client: openai.OpenAI, model: str, tasks: Sequence[Task], *, concu
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(one, job) for job in jobs]
-        wait(futures, return_when=FIRST_EXCEPTION)
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:  # ^C or SIGTERM's SystemExit: leaving the pool would otherwise run every queued attempt
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
         failure = next((f.exception() for f in futures if f.done() and f.exception() is not None), None)
         if failure is not None:
             stop.set()
