@@ -53,7 +53,7 @@ ui: setup
 	$(BIN)/dagster dev -m training_assets.definitions -h 127.0.0.1 -p 3000
 
 bench: setup
-	@for b in benchmarks/*.py; do case $$b in *gpu_smoke*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/*.py; do case $$b in *gpu_*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean-data:
 	rm -rf data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs
