@@ -74,6 +74,7 @@ def test_the_sft_trainer_shares_only_unpacked_rows_without_gradient_checkpointin
     assert "shared" in collated()
     assert "shared" not in collated(share_prefixes=False)
     assert "shared" not in collated(gradient_checkpointing=True)
+    assert "shared" not in collated(distributed="ddp")
 
 
 def test_a_row_does_not_shrink_a_long_shared_prefix_to_the_few_tokens_it_has_in_common():

@@ -237,7 +237,8 @@ class TrainConfig(BaseModel):
     packing: bool = Field(False, description="SFT: pack several examples per row with per-document position ids.")
     share_prefixes: bool = Field(True, description=(
         "SFT, unpacked: a prefix rows of a micro-batch share (a system turn with its tools) is computed once per "
-        "micro-batch and its keys/values reused by each row: the same loss and gradients, fewer tokens computed."))
+        "micro-batch and its keys/values reused by each row: the same loss and gradients, fewer tokens computed. "
+        "One process only (distributed='none'), without gradient checkpointing."))
     save_steps: int = Field(0, ge=0, description="Checkpoint every N optimizer steps; 0 = only at the end.")
     save_total_limit: int = Field(2, description="Keep this many newest checkpoint-<step>/ dirs; <= 0 keeps all.")
     resume_from: str | None = Field(None, description='None, "auto" (newest checkpoint in output_dir, if any) or a checkpoint dir.')

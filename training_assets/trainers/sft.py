@@ -19,7 +19,8 @@ of a loop conversation's 330 to 1,240 tokens — have that prefix computed once 
 (``shared_prefixes``) and its keys and values reused by each row, which then runs only its own
 suffix; the gradient reaches the prefix through every row that used it. Exact (the same loss and
 gradients as the full rows, to float rounding: tested), and only where no prefix position carries
-a label. Off with packing and with gradient checkpointing (which runs without a cache).
+a label. Off with packing, with gradient checkpointing (which runs without a cache) and in
+distributed runs (a wrapped model would run two forwards per backward: not tested there).
 
 ``modeling`` (torch) is imported by ``collate`` and ``loss``: building and planning an SFT trainer
 imports no torch.
@@ -241,7 +242,8 @@ class SFTTrainer(TrainerBase):
         else:
             batch["attention_mask"] = ones_mask([len(r["input_ids"]) for r in rows], batch["input_ids"].shape[1])
             batch["n_tokens"] = int(batch["attention_mask"].sum())
-            if self.config.share_prefixes and not self.config.gradient_checkpointing:
+            # one process only: a DDP/FSDP/DeepSpeed-wrapped model would run two forwards per backward
+            if self.config.share_prefixes and not self.config.gradient_checkpointing and self.config.distributed == "none":
                 shared = shared_prefixes([r["input_ids"] for r in rows], [r["labels"] for r in rows])
                 if shared is not None:
                     batch["shared"] = prefix_batch(rows, *shared, pad_id)
