@@ -73,8 +73,11 @@ def chain_config(settings: LoopSettings) -> dict[str, dict[str, Any]]:
     return {
         # the dataset leaves out (and counts) what the trainers would otherwise truncate
         "sft_dataset": {"max_tokens": settings.max_seq_len},
+        # unpacked: rows of one family share their system turn (240-990 tokens), computed once per micro-batch;
+        # the graph's packed default put 8 x 1,536 tokens in a step, whose fp32 logits alone took 2.4 GB
+        # a copy (the first run with 1,536-token rows was killed for memory on this 24 GB machine)
         "sft_checkpoint": {**common, "max_steps": settings.sft_steps, "batch_size": settings.batch_size,
-                           "lr": settings.lr},
+                           "lr": settings.lr, "packing": False},
         "dpo_checkpoint": {**common, "max_steps": settings.dpo_steps, "lora": lora,
                            "batch_size": max(1, settings.batch_size // 2), "lr": settings.adapter_lr},
         "grpo_checkpoint": {**common, "max_steps": settings.grpo_steps, "lora": lora,
