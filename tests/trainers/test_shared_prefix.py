@@ -32,6 +32,10 @@ def test_groups_share_what_all_members_have_and_never_reach_a_label():
         if g >= 0:
             assert all(label == IGNORE_INDEX for label in r["labels"][1:groups[g][1] + 1])
     assert shared_prefixes([[1, 2, 3], [4, 5, 6]], [[-100, 2, 3], [-100, 5, 6]]) is None
+    # a long row alone is a group of its own: the suffix batch is not padded to its whole length
+    alone = [row(SYSTEM_A, [1], [2]), row(SYSTEM_A, [3], [4]), row(list(range(600, 700)), [5], [6])]
+    groups, row_group = shared_prefixes([r["input_ids"] for r in alone], [r["labels"] for r in alone])
+    assert row_group == [0, 0, 1] and groups == [(0, 50), (2, 100)]
     # a labelled token early in a row stops the prefix before it
     early = [row(SYSTEM_A[:5], [], SYSTEM_A[5:]), row(SYSTEM_A, [1], [2])]
     assert shared_prefixes([r["input_ids"] for r in early], [r["labels"] for r in early]) is None

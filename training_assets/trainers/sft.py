@@ -52,7 +52,8 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
 def shared_prefixes(ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]],
                     min_shared: int = MIN_SHARED_PREFIX) -> tuple[list[tuple[int, int]], list[int]] | None:
     """Groups of rows that start with the same tokens: ``([(representative row, prefix length), ...],
-    group of each row (-1: none))``, or None when no two rows share ``min_shared`` tokens.
+    group of each row (-1: none))``, or None when no two rows share ``min_shared`` tokens. A row that
+    shares with none is a group of its own, so every suffix stays short.
 
     A row's prefix never reaches a labelled token (positions ``0..P-1`` predict tokens ``1..P``, all
     -100) and leaves at least one token to run. In row order (deterministic), a row joins the group
@@ -81,9 +82,11 @@ def shared_prefixes(ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]
         else:
             groups.append([i, caps[i]])
             members.append([i])
-    shared_groups = [g for g, m in enumerate(members) if len(m) > 1 and groups[g][1] >= min_shared]
-    if not shared_groups:
+    if all(len(m) == 1 for m in members):
         return None
+    # a row alone keeps its own prefix too (no tokens saved, none lost): else the suffix batch would be
+    # padded to its whole length (one 1,100-token list conversation among seven shorter ones: 8 x 1,100)
+    shared_groups = [g for g in range(len(groups)) if groups[g][1] >= min_shared]
     row_group = [-1] * len(ids)
     for new, g in enumerate(shared_groups):
         for i in members[g]:
