@@ -67,6 +67,12 @@ def test_the_base_template_gets_the_tool_template_and_keeps_chatml(smol, tool_to
 def test_tools_folded_into_the_system_turn_render_exactly_as_tools_given_to_the_template(tool_tokenizer):
     served = tool_tokenizer.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False)
     assert tool_tokenizer.apply_chat_template(fold_tools(CONVERSATION, TOOLS), tokenize=False) == served
+    # whatever key order a store kept (JSON with sorted keys, or any other): the same text as served
+    reordered = [json.loads(json.dumps(t, sort_keys=True)) for t in TOOLS]
+    reordered = [{k: t[k] for k in reversed(list(t))} for t in reordered]
+    assert tool_tokenizer.apply_chat_template(fold_tools(CONVERSATION, reordered), tokenize=False) == served
+    units = TOOLS[1]["function"]["parameters"]["properties"]
+    assert list(units) == sorted(units)  # the order a model then writes a call's arguments in: the teacher's
     no_system = CONVERSATION[1:]
     assert (tool_tokenizer.apply_chat_template(fold_tools(no_system, TOOLS), tokenize=False)
             == tool_tokenizer.apply_chat_template(no_system, tools=TOOLS, tokenize=False))

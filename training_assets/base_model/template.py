@@ -84,14 +84,33 @@ TOOL_TEMPLATE = (
 )
 
 
+def canonical_tool(tool: Any) -> Any:
+    """``tool`` with every object's keys in sorted order: the one order a tool schema has here.
+
+    A trace's tools reach training through stores that write JSON with sorted keys, while a server
+    renders ``tools=`` in the order the client sent them (the template's ``tojson`` keeps it). The
+    two texts differed (``{"type": "function", "function": {"name": ...`` served against
+    ``{"function": {"description": ...`` trained, the properties ``value, from_unit, to_unit``
+    against ``from_unit, to_unit, value``) and a model trained on one, served with the other, called
+    ``convert_units`` with ``value`` alone. So the harness sends canonical tools and ``fold_tools``
+    writes them canonically, whatever order a trace kept."""
+    if isinstance(tool, dict):
+        return {k: canonical_tool(tool[k]) for k in sorted(tool)}
+    if isinstance(tool, list):
+        return [canonical_tool(v) for v in tool]
+    return tool
+
+
 def tools_json(tool: Any) -> str:
-    """A tool schema as the template's ``tojson`` writes it (transformers: json.dumps, ensure_ascii=False)."""
-    return json.dumps(tool, ensure_ascii=False)
+    """A tool schema as the template's ``tojson`` writes its canonical form (transformers: json.dumps,
+    ensure_ascii=False; keys sorted, ``canonical_tool``)."""
+    return json.dumps(canonical_tool(tool), ensure_ascii=False)
 
 
 def fold_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """``messages`` with ``tools`` written into the system turn exactly as the template renders them
-    when a server is given ``tools=`` (the default system prompt when there is none): rendering the
+    when a server is given them canonically (``canonical_tool``: what the harness sends), in any key
+    order they were stored (the default system prompt when there is none): rendering the
     folded conversation without tools gives the same text, so a trace's tools need not travel
     beside it through datasets and trainers. No tools: ``messages`` unchanged."""
     if not tools:

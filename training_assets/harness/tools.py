@@ -30,6 +30,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
+from training_assets.base_model.template import canonical_tool
+
 
 class ToolFailure(ValueError):
     """A tool refused its input; the message is what the model reads."""
@@ -87,11 +89,13 @@ def _without_titles(schema: Any) -> Any:
 
 
 def tool_schemas(names: Sequence[str]) -> list[dict[str, Any]]:
-    """The chat-completions ``tools`` list for ``names`` (in that order); an unknown name is a KeyError naming it."""
+    """The chat-completions ``tools`` list for ``names`` (in that order), each in its canonical key order
+    (``template.canonical_tool``: training renders a trace's tools that way); an unknown name is a
+    KeyError naming it."""
     unknown = [n for n in names if n not in TOOLS]
     if unknown:
         raise KeyError(f"unknown tool(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(TOOLS))}")
-    return [TOOLS[name].schema() for name in names]
+    return [canonical_tool(TOOLS[name].schema()) for name in names]
 
 
 def _one_line(text: str, limit: int = 300) -> str:

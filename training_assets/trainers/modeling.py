@@ -170,7 +170,7 @@ def prefix_batch(rows: Sequence[dict[str, Any]], groups: Sequence[tuple[int, int
 
 
 def _plain_dynamic_cache(cache: Any) -> bool:
-    from transformers.cache_utils import DynamicCache, DynamicLayer
+    from transformers.cache_utils import DynamicCache, DynamicLayer  # transformers: seconds to import, paid on first use
 
     return type(cache) is DynamicCache and all(type(layer) is DynamicLayer for layer in cache.layers)
 
