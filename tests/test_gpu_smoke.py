@@ -1,17 +1,12 @@
 """benchmarks/gpu_smoke.py on a host without a GPU: --help, the exit-2 message, and --dry-run's wiring."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_smoke.py"
+from tests.gpu_scripts import run_without_gpu
 
 
 def run(*args, timeout=240):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")  # no GPU even on a GPU host
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return run_without_gpu("gpu_smoke.py", *args, timeout=timeout)
 
 
 def test_help_needs_no_torch_and_unknown_checks_are_refused():

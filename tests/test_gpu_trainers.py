@@ -2,17 +2,12 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_trainers.py"
+from tests.gpu_scripts import run_without_gpu
 
 
 def run(*args, timeout=300):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")  # no GPU on a GPU host
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return run_without_gpu("gpu_trainers.py", *args, timeout=timeout)
 
 
 def test_help_and_unknown_kinds_and_no_cuda_are_one_line_each():
