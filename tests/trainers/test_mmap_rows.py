@@ -81,3 +81,19 @@ def test_jobs_load_datasets_mapped_and_dpo_prepares_from_them_as_from_the_list(t
     assert b.loop.losses == a.loop.losses
     trainer = get_trainer("sft", TrainConfig(output_dir=str(tmp_path / "x")))
     assert isinstance(trainer.prepare(open_dataset_rows("sft_dataset", root), None), LazyRows)
+
+
+@pytest.mark.parametrize("max_seq_len", [8, 100_000])
+def test_sft_counts_the_examples_it_truncates_the_same_from_the_list_and_the_mapped_rows(tmp_path, root, tokenizer,
+                                                                                      max_seq_len):
+    listed, mapped = load_sft_dataset(root), open_dataset_rows("sft_dataset", root)
+    longer = sum(len(e["input_ids"]) > max_seq_len for e in listed)
+    counts = []
+    for examples in (listed, mapped):
+        trainer = get_trainer("sft", TrainConfig(output_dir=str(tmp_path), max_seq_len=max_seq_len), tokenizer=tokenizer)
+        rows = trainer.prepare(examples, tokenizer)
+        first = rows[0] if isinstance(rows, list) else rows.take([0])[0]
+        assert len(first["input_ids"]) <= max_seq_len
+        counts.append(trainer.result_extra()["truncated"])
+    assert counts == [longer, longer]
+    assert (longer > 0) == (max_seq_len == 8)

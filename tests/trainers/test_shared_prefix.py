@@ -88,3 +88,26 @@ def test_a_row_does_not_shrink_a_long_shared_prefix_to_the_few_tokens_it_has_in_
             row(preamble + lists_tools, [5], [6]), row(preamble + calc_tool, [7], [8])]
     groups, row_group = shared_prefixes([r["input_ids"] for r in rows], [r["labels"] for r in rows])
     assert row_group == [0, 1, 1, 0] and groups == [(0, 240), (1, 340)]
+
+
+def test_a_sliding_window_model_takes_the_full_rows_and_stops_trying_after_its_first_prefix_forward():
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("qwen2", vocab_size=400, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                  use_sliding_window=True, sliding_window=16, max_window_layers=0,
+                                  layer_types=["sliding_attention", "full_attention"])
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").float()
+    full = {"input_ids": pad_rows([r["input_ids"] for r in ROWS], 0),
+            "labels": pad_rows([r["labels"] for r in ROWS], IGNORE_INDEX),
+            "attention_mask": ones_mask([len(r["input_ids"]) for r in ROWS])}
+    shared = {**full, "shared": prefix_batch(ROWS, *shared_prefixes([r["input_ids"] for r in ROWS],
+                                                                    [r["labels"] for r in ROWS]), 0)}
+    widths = []
+    model.model.register_forward_pre_hook(lambda _, args, kwargs: widths.append(kwargs["input_ids"].shape[0]),
+                                          with_kwargs=True)  # the backbone: every path runs it
+    expected, _ = shifted_ce(model, full, "torch")
+    widths.clear()
+    for _ in range(2):
+        loss, _ = shared_prefix_ce(model, shared, "torch")
+        assert torch.allclose(loss, expected)
+    assert widths == [1, len(ROWS), len(ROWS)]  # one prefix forward (its cache has a sliding layer), then full rows

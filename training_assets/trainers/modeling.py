@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -125,8 +126,8 @@ def pad_sequences(seqs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: i
             "loss_mask": pad_rows([s[1] for s in seqs], 0)}
 
 
-def forward_logits(model: Any, batch: dict[str, Any]) -> torch.Tensor:
-    """(B, T, V) logits for a batch with input_ids and either attention_mask or doc_ids/position_ids."""
+def _model_inputs(model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """input_ids with either attention_mask or the block mask and positions of packed doc_ids."""
     device = device_of(model)
     kwargs = {"input_ids": batch["input_ids"].to(device)}
     if "doc_ids" in batch:
@@ -134,20 +135,44 @@ def forward_logits(model: Any, batch: dict[str, Any]) -> torch.Tensor:
         kwargs["position_ids"] = batch["position_ids"].to(device)
     elif "attention_mask" in batch:
         kwargs["attention_mask"] = batch["attention_mask"].to(device)
-    return model(**kwargs, use_cache=False).logits
+    return kwargs
+
+
+def labelled_ce(model: Any, inputs: dict[str, Any], targets: torch.Tensor, backend: str) -> tuple[torch.Tensor, float]:
+    """Mean cross-entropy of the positions that have a target; weight = their count.
+
+    ``targets[:, t]`` is the token position t must predict (-100: none). The LM head and the
+    log-softmax run only on those positions, (N, V) instead of (B, T, V): in chat data the loss is
+    on the assistant turns, a small part of each row (a tool-calling conversation's system turn alone
+    is most of it), and the full logits were the largest tensor of a step (8 x 1,200 x 49,152 fp32:
+    1.9 GB a copy for SmolLM2). A DDP-wrapped model, or one whose logits are not exactly
+    ``lm_head(hidden)``, goes through its own forward and its full logits are cut afterwards.
+    """
+    device = device_of(model)
+    targets = targets.to(device)
+    picked = targets != IGNORE_INDEX  # (B, T)
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not hasattr(model, "module") and _plain_lm_head(causal_lm):
+        backbone = getattr(causal_lm, causal_lm.base_model_prefix)
+        hidden = backbone(**inputs).last_hidden_state  # (B, T, H)
+        if not bool(picked.any()):  # nothing to learn in this micro-batch: a zero that keeps the graph connected
+            return hidden.sum() * 0.0, 0.0
+        logits = causal_lm.get_output_embeddings()(hidden[picked])  # (N, V)
+    else:
+        logits = model(**inputs).logits  # (B, T, V)
+        if not bool(picked.any()):
+            return logits.sum() * 0.0, 0.0
+        logits = logits[picked]
+    n_targets = logits.shape[0]
+    return objectives.cross_entropy(logits.float(), targets[picked], backend=backend), float(n_targets)
 
 
 def shifted_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[torch.Tensor, float]:
     """Mean next-token cross-entropy over tokens whose label ≠ -100; weight = that token count."""
-    logits = forward_logits(model, batch)  # (B, T, V)
-    labels = batch["labels"].to(logits.device)[:, 1:]  # (B, T-1): token t predicts t+1
-    logits = logits[:, :-1]
-    n_targets = int((labels != IGNORE_INDEX).sum())
-    if n_targets == 0:  # nothing to learn in this micro-batch: a zero that keeps the graph connected
-        return logits.sum() * 0.0, 0.0
-    V = logits.shape[-1]
-    loss = objectives.cross_entropy(logits.reshape(-1, V).float(), labels.reshape(-1), backend=backend)
-    return loss, float(n_targets)
+    labels = batch["labels"]
+    # position t predicts token t + 1; the last position predicts nothing
+    targets = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+    return labelled_ce(model, {**_model_inputs(model, batch), "use_cache": False}, targets, backend)
 
 
 def prefix_batch(rows: Sequence[dict[str, Any]], groups: Sequence[tuple[int, int]], row_group: Sequence[int],
@@ -169,6 +194,11 @@ def prefix_batch(rows: Sequence[dict[str, Any]], groups: Sequence[tuple[int, int
     }
 
 
+# models whose first prefix forward returned a cache other than a plain DynamicCache: later steps go straight
+# to the full rows (weak keys: a model's entry goes with it)
+_FULL_ROWS_ONLY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _plain_dynamic_cache(cache: Any) -> bool:
     from transformers.cache_utils import DynamicCache, DynamicLayer  # transformers: seconds to import, paid on first use
 
@@ -185,12 +215,15 @@ def shared_prefix_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[t
     the full rows instead.
     """
     shared, device = batch["shared"], device_of(model)
+    if _FULL_ROWS_ONLY.get(model, False):
+        return shifted_ce(model, batch, backend)
     caches = []
     for prefix in shared["prefix_ids"]:
         out = model(input_ids=prefix[None].to(device), use_cache=True, logits_to_keep=1) \
             if _supports_logits_to_keep(model) else model(input_ids=prefix[None].to(device), use_cache=True)
         cache = out.cache if "cache" in out else out.past_key_values  # renamed in transformers 5.24
         if not _plain_dynamic_cache(cache):
+            _FULL_ROWS_ONLY[model] = True  # one wasted prefix forward per model, not one per step
             return shifted_ce(model, batch, backend)
         caches.append(cache)
     width = max(len(p) for p in shared["prefix_ids"])
@@ -210,14 +243,9 @@ def shared_prefix_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[t
     positions = prefix_len[:, None] + torch.arange(suffix_ids.shape[1], device=device)[None, :]
     # transformers 5.24 renamed past_key_values to cache (the old name warns, then goes in 5.40)
     cache_arg = "cache" if "cache" in _forward_parameters(model) else "past_key_values"
-    logits = model(input_ids=suffix_ids, attention_mask=torch.cat([prefix_mask, suffix_mask], dim=1),
-                   position_ids=positions, use_cache=True, **{cache_arg: cache}).logits  # (B, S, V)
-    labels = shared["suffix_labels"].to(device)
-    n_targets = int((labels != IGNORE_INDEX).sum())
-    if n_targets == 0:
-        return logits.sum() * 0.0, 0.0
-    V = logits.shape[-1]
-    return objectives.cross_entropy(logits.reshape(-1, V).float(), labels.reshape(-1), backend=backend), float(n_targets)
+    inputs = {"input_ids": suffix_ids, "attention_mask": torch.cat([prefix_mask, suffix_mask], dim=1),
+              "position_ids": positions, "use_cache": True, cache_arg: cache}
+    return labelled_ce(model, inputs, shared["suffix_labels"], backend)
 
 
 def token_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:

@@ -181,13 +181,27 @@ class SFTTrainer(TrainerBase):
         plan.notes.append(f"packing: {len(examples)} examples into {len(bounds) - 1} rows of ≤ {self.config.max_seq_len} tokens")
         return plan
 
-    def _encode(self, example: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
+    @staticmethod
+    def _tokens(example: dict[str, Any], tokenizer: Any) -> tuple[list[int], list[int]]:
         if "input_ids" in example and "assistant_mask" in example:
-            ids, mask = list(example["input_ids"]), list(example["assistant_mask"])
-        else:
-            ids, mask = encode_messages(tokenizer, _messages(example))
+            return list(example["input_ids"]), list(example["assistant_mask"])
+        return encode_messages(tokenizer, _messages(example))
+
+    def _row(self, ids: list[int], mask: list[int]) -> dict[str, list[int]]:
         ids, mask = ids[: self.config.max_seq_len], mask[: self.config.max_seq_len]
         return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]}
+
+    def _encode(self, example: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
+        return self._row(*self._tokens(example, tokenizer))
+
+    def _count_truncated(self, lengths: Sequence[int] | np.ndarray) -> None:
+        """Record how many examples ``_encode`` cuts to ``max_seq_len`` (``result_extra``'s ``truncated``)."""
+        self.truncated = int((np.asarray(lengths, dtype=np.int64) > self.config.max_seq_len).sum())
+
+    def result_extra(self) -> dict[str, Any]:
+        # examples longer than max_seq_len lose their right end (TRL's max_length does the same); the count
+        # shows in the checkpoint's manifest, and sft_dataset's max_tokens leaves such rows out up front
+        return {"truncated": getattr(self, "truncated", 0)}
 
     @staticmethod
     def _pack(encoded: list[dict[str, list[int]]]) -> dict[str, list[int]]:
@@ -204,7 +218,9 @@ class SFTTrainer(TrainerBase):
     def prepare(self, examples: Examples, tokenizer: Any) -> list[dict[str, Any]] | LazyRows:
         if isinstance(examples, DatasetRows) and {"input_ids", "assistant_mask"} <= set(examples.column_names):
             return self._prepare_lazily(examples, tokenizer)
-        encoded = [self._encode(e, tokenizer) for e in examples]
+        tokens = [self._tokens(e, tokenizer) for e in examples]
+        self._count_truncated([len(ids) for ids, _ in tokens])
+        encoded = [self._row(ids, mask) for ids, mask in tokens]
         if not self.config.packing:
             return encoded
         bounds = pack_bounds([len(e["input_ids"]) for e in encoded], self.config.max_seq_len)
@@ -212,6 +228,7 @@ class SFTTrainer(TrainerBase):
 
     def _prepare_lazily(self, examples: DatasetRows, tokenizer: Any) -> LazyRows:
         """Rows (or packed rows) made per micro-batch from the mapped examples: equal to ``prepare`` of the list."""
+        self._count_truncated(examples.list_lengths("input_ids"))
         if not self.config.packing:
             return LazyRows(len(examples), lambda idx: [self._encode(e, tokenizer) for e in examples.take(idx)])
         bounds = pack_bounds(examples.list_lengths("input_ids").tolist(), self.config.max_seq_len)
