@@ -5,6 +5,13 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP/MKL thread per process, set before anything imports torch, inherited by every process a test
+# starts (Dagster run workers, trainers, model servers): `make test` runs three workers on two cores, and
+# an OpenMP team whose threads outnumber the free cores spins at its barriers while one of them waits for
+# a core (a served model answered ~10x slower beside one other busy process, burning CPU all the while).
+# Numba's kernels keep their own pool (NUMBA_NUM_THREADS), and tests that time or size threads set theirs.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 

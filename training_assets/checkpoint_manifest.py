@@ -48,6 +48,7 @@ class TrainSummary(BaseModel):
     peak_gpu_mb: float | None = None
     resumed_from: str | None = None  # the checkpoint-<step> dir the run continued from
     skipped: list[dict[str, str]] = Field(default_factory=list)  # rows the trainer could not use, with the reason
+    truncated: int = 0  # SFT: examples longer than max_seq_len, cut from the right
     mean_rewards: list[float] = Field(default_factory=list)  # GRPO: mean reward per rollout batch
     merge: dict[str, Any] | None = None  # merged_adapter: the TIES merge summary
 

@@ -3,6 +3,7 @@ reads only each micro-batch's rows, and resumes at the saved position without re
 
 import pytest
 
+from training_assets.checkpoint_manifest import trained_manifest
 from training_assets.dataset_rows import DatasetRows
 from training_assets.training_data import load_preference_pairs, load_pretrain_windows, load_sft_dataset, open_dataset_rows
 from training_assets.trainers import TrainConfig, get_trainer
@@ -97,3 +98,11 @@ def test_sft_counts_the_examples_it_truncates_the_same_from_the_list_and_the_map
         counts.append(trainer.result_extra()["truncated"])
     assert counts == [longer, longer]
     assert (longer > 0) == (max_seq_len == 8)
+
+
+def test_the_truncated_count_reaches_the_checkpoint_manifest(tmp_path, root, tokenizer):
+    listed = load_sft_dataset(root)
+    result = get_trainer("sft", TrainConfig(output_dir=str(tmp_path), max_seq_len=8, max_steps=1, batch_size=2,
+                                            torch_threads=1), tokenizer=tokenizer).train(listed)
+    manifest = trained_manifest("sft_checkpoint", result, {}, {"sft_dataset": "v"})
+    assert manifest.train.truncated == sum(len(e["input_ids"]) > 8 for e in listed) > 0
