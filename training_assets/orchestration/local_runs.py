@@ -181,7 +181,7 @@ def _summary(record: Any) -> dict[str, Any]:
             "started_at": _iso(record.start_time), "ended_at": _iso(record.end_time)}
 
 
-def _reap_dead_worker(instance: dg.DagsterInstance, record: Any) -> Any:
+def reap_dead_worker(instance: dg.DagsterInstance, record: Any) -> Any:
     """A run still in flight whose worker process is gone can never finish: record it failed (or
     canceled, when a cancel was asked for). A worker still alive CANCEL_GRACE_S after the cancel did
     not honour the interrupt: its process group is killed and the run recorded CANCELED."""
@@ -212,7 +212,7 @@ def _reap_dead_worker(instance: dg.DagsterInstance, record: Any) -> Any:
 def get_run(run_id: str) -> dict[str, Any] | None:
     instance = get_instance()
     record = instance.get_run_record_by_id(run_id)
-    return None if record is None else _summary(_reap_dead_worker(instance, record))
+    return None if record is None else _summary(reap_dead_worker(instance, record))
 
 
 def find_runs(tags: Mapping[str, str] | None = None, statuses: Iterable[str] | None = None,
@@ -229,7 +229,7 @@ def in_flight(assets: Iterable[str]) -> list[dict[str, Any]]:
     wanted = set(assets)
     out = []
     for record in instance.get_run_records(filters=dg.RunsFilter(statuses=list(IN_FLIGHT_STATUSES))):
-        record = _reap_dead_worker(instance, record)
+        record = reap_dead_worker(instance, record)
         summary = _summary(record)
         if summary["status"] in {s.value for s in IN_FLIGHT_STATUSES} and wanted & set(summary["assets"]):
             out.append(summary)
@@ -280,7 +280,7 @@ def cancel(run_id: str) -> str:
     record = instance.get_run_record_by_id(run_id)
     if record is None:
         raise KeyError(run_id)
-    record = _reap_dead_worker(instance, record)
+    record = reap_dead_worker(instance, record)
     run = record.dagster_run
     if run.status in TERMINAL_STATUSES:
         raise ValueError(f"run {run_id} already finished with {run.status.value}: nothing to cancel")

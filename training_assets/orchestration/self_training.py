@@ -45,6 +45,8 @@ from training_assets.harness.tasks import load_tasks
 from training_assets.harness.teacher import teacher_trace
 from training_assets.orchestration.catalog import defs, get_instance, tick_sensor
 from training_assets.orchestration.demo import missing_partitions
+from training_assets.orchestration.local_runs import WORKER_PID_TAG, reap_dead_worker
+from training_assets.orchestration.active_runs import IN_FLIGHT_STATUSES
 from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG
 from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry
 from training_assets.serving.server import ModelServer, ServeSpec, servable_folder
@@ -197,6 +199,16 @@ def _agentic_report(root: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def reap_dead_loop_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Loop runs still in flight whose loop process is gone (killed, interrupted): recorded failed, so the UI
+    and the run queries stop showing them STARTED; the ids. Each run carries its process id
+    (``WORKER_PID_TAG``), so a loop still running elsewhere on this instance keeps its runs."""
+    records = instance.get_run_records(dg.RunsFilter(tags={LAUNCHED_BY_TAG: "loop"},
+                                                     statuses=list(IN_FLIGHT_STATUSES)))
+    return [r.dagster_run.run_id for r in records
+            if reap_dead_worker(instance, r).dagster_run.status not in IN_FLIGHT_STATUSES]
+
+
 def run_loop(settings: LoopSettings, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Generation 0 (the base) then ``settings.generations`` trained generations; the summary."""
     started = time.perf_counter()
@@ -206,10 +218,14 @@ def run_loop(settings: LoopSettings, log: Callable[[str], None] = print) -> dict
     loop_dir.mkdir(parents=True, exist_ok=True)
     tracking_uri = MlflowTracking().uri(root)  # what the graph's registry_entry registers into
     timings: dict[str, float] = {}
+    reaped = reap_dead_loop_runs(instance)
+    if reaped:
+        log(f"{len(reaped)} run(s) of an earlier loop process that is gone recorded failed: {', '.join(reaped)}")
 
     def step(name: str, keys: list[str], config=None, partition=None, generation: int = 0) -> list[str]:
         t0 = time.perf_counter()
-        result = _materialize(instance, keys, {LAUNCHED_BY_TAG: "loop", LOOP_TAG: f"g{generation}"}, config, partition)
+        tags = {LAUNCHED_BY_TAG: "loop", LOOP_TAG: f"g{generation}", WORKER_PID_TAG: str(os.getpid())}
+        result = _materialize(instance, keys, tags, config, partition)
         timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t0, 1)
         return _failures(result)
 
