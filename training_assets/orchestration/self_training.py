@@ -43,10 +43,10 @@ from training_assets.harness.families import HELD_OUT_TASKS, TRAIN_TASKS
 from training_assets.harness.runner import SYSTEM_PROMPT, run_tasks, write_batch
 from training_assets.harness.tasks import load_tasks
 from training_assets.harness.teacher import teacher_trace
+from training_assets.orchestration.active_runs import IN_FLIGHT_STATUSES
 from training_assets.orchestration.catalog import defs, get_instance, tick_sensor
 from training_assets.orchestration.demo import missing_partitions
 from training_assets.orchestration.local_runs import WORKER_PID_TAG, reap_dead_worker
-from training_assets.orchestration.active_runs import IN_FLIGHT_STATUSES
 from training_assets.orchestration.vocabulary import LAUNCHED_BY_TAG
 from training_assets.registry import DEFAULT_MODEL_NAME, ModelRegistry
 from training_assets.serving.server import ModelServer, ServeSpec, servable_folder

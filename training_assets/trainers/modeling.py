@@ -148,23 +148,15 @@ def labelled_ce(model: Any, inputs: dict[str, Any], targets: torch.Tensor, backe
     1.9 GB a copy for SmolLM2). A DDP-wrapped model, or one whose logits are not exactly
     ``lm_head(hidden)``, goes through its own forward and its full logits are cut afterwards.
     """
-    device = device_of(model)
-    targets = targets.to(device)
+    targets = targets.to(device_of(model))
     picked = targets != IGNORE_INDEX  # (B, T)
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if not hasattr(model, "module") and _plain_lm_head(causal_lm):
-        backbone = getattr(causal_lm, causal_lm.base_model_prefix)
-        hidden = backbone(**inputs).last_hidden_state  # (B, T, H)
-        if not bool(picked.any()):  # nothing to learn in this micro-batch: a zero that keeps the graph connected
-            return hidden.sum() * 0.0, 0.0
-        logits = causal_lm.get_output_embeddings()(hidden[picked])  # (N, V)
-    else:
-        logits = model(**inputs).logits  # (B, T, V)
-        if not bool(picked.any()):
-            return logits.sum() * 0.0, 0.0
-        logits = logits[picked]
-    n_targets = logits.shape[0]
-    return objectives.cross_entropy(logits.float(), targets[picked], backend=backend), float(n_targets)
+    split = _split_head(model)
+    # the backbone's hidden states (then the head on the picked positions), or the model's own full logits
+    out = split[0](**inputs).last_hidden_state if split else model(**inputs).logits
+    if not bool(picked.any()):  # nothing to learn in this micro-batch: a zero that keeps the graph connected
+        return out.sum() * 0.0, 0.0
+    logits = split[1](out[picked]) if split else out[picked]  # (N, V)
+    return objectives.cross_entropy(logits.float(), targets[picked], backend=backend), float(logits.shape[0])
 
 
 def shifted_ce(model: Any, batch: dict[str, Any], backend: str) -> tuple[torch.Tensor, float]:
@@ -376,22 +368,30 @@ def sequence_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     device = device_of(model)
     input_ids, attention_mask, loss_mask = input_ids.to(device), attention_mask.to(device), loss_mask.to(device)
     target = loss_mask[:, 1:].bool()  # (B, T-1): position t predicts token t+1
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    split = not hasattr(model, "module") and _plain_lm_head(causal_lm)
+    split = _split_head(model)
     if not split:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         return objectives.sequence_logprob(logits[:, :-1].float(), input_ids[:, 1:], target.float(), backend=backend)
-    backbone = getattr(causal_lm, causal_lm.base_model_prefix)
+    backbone, head = split
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, T, H)
     counts = target.sum(dim=1)  # (B,)
     C = max(int(counts.max()), 1)
     # completion positions first (stable: in order), then the rest; keep C per row
     order = torch.argsort((~target).to(torch.int8), dim=1, stable=True)[:, :C]  # (B, C)
     picked = hidden[:, :-1].gather(1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))  # (B, C, H)
-    logits = causal_lm.get_output_embeddings()(picked)  # (B, C, V)
+    logits = head(picked)  # (B, C, V)
     labels = input_ids[:, 1:].gather(1, order)  # (B, C)
     mask = (torch.arange(C, device=device)[None, :] < counts[:, None]).float()
     return objectives.sequence_logprob(logits.float(), labels, mask, backend=backend)
+
+
+def _split_head(model: Any) -> tuple[Any, Any] | None:
+    """(backbone, LM head) of ``model`` when its logits are exactly ``head(backbone(...))`` and it may be
+    called in parts (PEFT unwrapped; not DDP, whose gradient all-reduce hooks need its own forward), else None."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if hasattr(model, "module") or not _plain_lm_head(causal_lm):
+        return None
+    return getattr(causal_lm, causal_lm.base_model_prefix), causal_lm.get_output_embeddings()
 
 
 def _plain_lm_head(causal_lm: Any) -> bool:

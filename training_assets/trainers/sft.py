@@ -145,6 +145,7 @@ def encode_completion(tokenizer: Any, prompt: list[dict[str, Any]], completion: 
 
 class SFTTrainer(TrainerBase):
     kind = "sft"
+    truncated = 0  # examples the last prepare cut to max_seq_len (_count_truncated)
 
     def example_tokens(self, example: dict[str, Any]) -> int:
         if "n_tokens" in example:
@@ -201,7 +202,7 @@ class SFTTrainer(TrainerBase):
     def result_extra(self) -> dict[str, Any]:
         # examples longer than max_seq_len lose their right end (TRL's max_length does the same); the count
         # shows in the checkpoint's manifest, and sft_dataset's max_tokens leaves such rows out up front
-        return {"truncated": getattr(self, "truncated", 0)}
+        return {"truncated": self.truncated}
 
     @staticmethod
     def _pack(encoded: list[dict[str, list[int]]]) -> dict[str, list[int]]:
@@ -228,10 +229,11 @@ class SFTTrainer(TrainerBase):
 
     def _prepare_lazily(self, examples: DatasetRows, tokenizer: Any) -> LazyRows:
         """Rows (or packed rows) made per micro-batch from the mapped examples: equal to ``prepare`` of the list."""
-        self._count_truncated(examples.list_lengths("input_ids"))
+        lengths = examples.list_lengths("input_ids")
+        self._count_truncated(lengths)
         if not self.config.packing:
             return LazyRows(len(examples), lambda idx: [self._encode(e, tokenizer) for e in examples.take(idx)])
-        bounds = pack_bounds(examples.list_lengths("input_ids").tolist(), self.config.max_seq_len)
+        bounds = pack_bounds(lengths.tolist(), self.config.max_seq_len)
 
         def make(indices: Sequence[int]) -> list[dict[str, Any]]:
             spans = [(bounds[r], bounds[r + 1]) for r in indices]
